@@ -1,0 +1,41 @@
+"""Make MMEngine 0.10.7 checkpoints loadable under torch >= 2.6 without unsafe unpickling.
+
+MMEngine calls ``torch.load(path, map_location=...)`` without ``weights_only``; since torch 2.6
+that means ``weights_only=True``, and the unpickler refuses the few non-tensor objects MMEngine
+itself writes into a checkpoint (the message hub's ``HistoryBuffer`` with its numpy arrays, numpy
+scalars in the runtime info), so ``--resume`` fails.
+
+Rather than turning safe loading off (which would execute arbitrary pickled code from any
+downloaded ``.pth``), we allow-list exactly those types with ``torch.serialization.
+add_safe_globals``. Every file is still unpickled by the restricted unpickler; a checkpoint that
+carries any other object is refused as before.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from mmengine.logging.history_buffer import HistoryBuffer
+
+__all__ = ['MMENGINE_CHECKPOINT_GLOBALS', 'allow_mmengine_checkpoints']
+
+
+def _numpy_globals() -> list:
+    """The numpy callables and classes that pickling ndarrays and numpy scalars refers to."""
+    core = getattr(np, '_core', None) or np.core  # numpy 2 renamed numpy.core
+    objs = [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype]
+    # numpy >= 1.25 pickles dtypes as instances of per-type classes (Float64DType, ...).
+    dtypes = getattr(np, 'dtypes', None)
+    if dtypes is not None:
+        objs += [getattr(dtypes, name) for name in dir(dtypes) if name.endswith('DType')]
+    return objs
+
+
+MMENGINE_CHECKPOINT_GLOBALS = [HistoryBuffer, *_numpy_globals()]
+
+
+def allow_mmengine_checkpoints() -> None:
+    """Allow-list the types MMEngine writes into its own checkpoints (idempotent)."""
+    torch.serialization.add_safe_globals(MMENGINE_CHECKPOINT_GLOBALS)
+
+
+allow_mmengine_checkpoints()

@@ -1,0 +1,154 @@
+"""Layers shared by the CvT and CMT backbones."""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# Above this many score elements per call (batch x heads x queries x keys) the attention is
+# evaluated in query chunks, so no backend (CPU math fallback, autograd) ever holds the full
+# score matrix. 2**26 fp32 elements = 256 MiB.
+MAX_SCORE_ELEMENTS = 2 ** 26
+
+
+class QuickGELU(nn.Module):
+    """``x * sigmoid(1.702 x)``, the activation the official CvT weights were trained with."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(1.702 * x)
+
+
+class FP32LayerNorm(nn.LayerNorm):
+    """LayerNorm computed in float32 whatever the input dtype (as official CvT does), which
+    keeps AMP training numerically identical to fp32 in the normalisation."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = F.layer_norm(x.float(), self.normalized_shape,
+                           None if self.weight is None else self.weight.float(),
+                           None if self.bias is None else self.bias.float(), self.eps)
+        return out.to(x.dtype)
+
+
+def nchw_to_nlc(x: torch.Tensor) -> torch.Tensor:
+    """(B, C, H, W) -> (B, H*W, C)."""
+    return x.flatten(2).transpose(1, 2)
+
+
+def nlc_to_nchw(x: torch.Tensor, hw: Sequence[int]) -> torch.Tensor:
+    """(B, H*W, C) -> (B, C, H, W)."""
+    h, w = hw
+    b, n, c = x.shape
+    if n != h * w:
+        raise ValueError(f'nlc_to_nchw: {n} tokens cannot form a {h}x{w} map')
+    return x.transpose(1, 2).reshape(b, c, h, w)
+
+
+def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                        bias: Optional[torch.Tensor] = None,
+                        dropout_p: float = 0.0) -> torch.Tensor:
+    """Plain softmax(q kᵀ * scale + bias) v on (B, heads, N, d) tensors. Materialises the full
+    score matrix: for tests and for checking the fast path, not for detection resolutions."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias
+    attn = scores.softmax(dim=-1)
+    if dropout_p > 0:
+        attn = F.dropout(attn, p=dropout_p)
+    return torch.matmul(attn, v)
+
+
+def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                   bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+                   max_score_elements: int = MAX_SCORE_ELEMENTS) -> torch.Tensor:
+    """``scaled_dot_product_attention`` with an explicit ``scale`` and optional additive
+    ``bias`` (broadcastable to (B, heads, Nq, Nk)).
+
+    Fused kernels (flash / memory-efficient) never build the score matrix, but the math
+    fallback does; splitting the queries bounds its memory on every backend. Chunks are
+    independent rows of the softmax, so the result is the same as one call.
+    """
+    b, h, nq, _ = q.shape
+    nk = k.shape[-2]
+    rows = max(1, max_score_elements // max(1, b * h * nk))
+    if nq <= rows:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                              scale=scale)
+    if bias is not None and bias.dim() < 2:
+        raise ValueError(f'attention bias must have a query and a key axis, got {tuple(bias.shape)}')
+    outs = []
+    for start in range(0, nq, rows):
+        stop = min(start + rows, nq)
+        chunk_bias = None
+        if bias is not None:
+            chunk_bias = bias if bias.shape[-2] == 1 else bias[..., start:stop, :]
+        outs.append(F.scaled_dot_product_attention(q[:, :, start:stop], k, v,
+                                                   attn_mask=chunk_bias,
+                                                   dropout_p=dropout_p, scale=scale))
+    return torch.cat(outs, dim=2)
+
+
+def attention(q, k, v, scale, bias=None, dropout_p=0.0, use_sdpa=True):
+    """Dispatch between the fused path (default) and the reference path."""
+    fn = sdpa_attention if use_sdpa else reference_attention
+    return fn(q, k, v, scale, bias=bias, dropout_p=dropout_p)
+
+
+def stochastic_depth_rates(depths: Sequence[int], total_rate: float) -> list:
+    """Per-block drop-path rates rising linearly from 0 to ``total_rate`` over all blocks
+    (the Swin/PVT/CMT convention), returned as one list per stage."""
+    total = sum(depths)
+    rates = torch.linspace(0, total_rate, total).tolist() if total > 0 else []
+    out, start = [], 0
+    for d in depths:
+        out.append(rates[start:start + d])
+        start += d
+    return out
+
+
+def check_choice(name: str, value, allowed) -> None:
+    """``ValueError`` naming the option, the bad value and the allowed values."""
+    if value not in allowed:
+        raise ValueError(f'{name}={value!r} is not supported; allowed: '
+                         f'{", ".join(repr(a) for a in allowed)}')
+
+
+def check_indices(name: str, indices, num_stages: int) -> tuple:
+    """Normalise ``out_indices``-style arguments (negatives count from the end)."""
+    if isinstance(indices, int):
+        indices = (indices, )
+    try:
+        indices = tuple(int(i) for i in indices)
+    except TypeError:
+        raise ValueError(f'{name} must be an int or a sequence of ints, got {indices!r}')
+    out = []
+    for i in indices:
+        j = i + num_stages if i < 0 else i
+        if not 0 <= j < num_stages:
+            raise ValueError(f'{name} contains {i}, but the model has {num_stages} stages '
+                             f'(allowed: 0..{num_stages - 1} or -{num_stages}..-1)')
+        out.append(j)
+    if len(set(out)) != len(out):
+        raise ValueError(f'{name}={indices!r} repeats a stage')
+    return tuple(out)
+
+
+def trunc_normal_init_(module: nn.Module, std: float = 0.02) -> None:
+    """ViT-style init: truncated normal Linear weights, zero biases, unit norms."""
+    for m in module.modules():
+        if isinstance(m, nn.Linear):
+            nn.init.trunc_normal_(m.weight, std=std)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm)):
+            if m.weight is not None:
+                nn.init.ones_(m.weight)
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)
+        elif isinstance(m, nn.Conv2d):
+            fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
+            nn.init.normal_(m.weight, 0, math.sqrt(2.0 / fan_out))
+            if m.bias is not None:
+                nn.init.zeros_(m.bias)

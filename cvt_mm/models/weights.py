@@ -1,0 +1,212 @@
+"""Everything this project knows about checkpoint formats, in one place.
+
+A backbone family (``'cvt'``, ``'cmt'``) has several on-disk layouts: the official model-zoo
+files, Hugging Face ``transformers`` files and this project's own layout (the keys of the
+backbone's ``state_dict()``, possibly wrapped in an MMEngine checkpoint and prefixed with
+``backbone.`` by a detector, segmentor or classifier). Each layout is a :class:`WeightFormat`
+registered below: how to recognise it from its keys and how to rename it into ours. Loading
+(:func:`load_pretrained`) then has one behaviour for all of them:
+
+* the file is read with ``torch.load(weights_only=True)`` (or safetensors): a weight file from
+  the internet is never unpickled as arbitrary code;
+* missing and unused keys are logged by name;
+* a shape mismatch raises, naming the key and both shapes, except a classifier head whose
+  ``num_classes`` differs, which is skipped with a warning;
+* a model may adapt tensors whose shape legitimately depends on the input resolution (CMT's
+  relative position biases) through ``adapt_pretrained_state_dict``.
+"""
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from typing import Callable, Dict, List, Optional, Tuple
+
+import torch
+from mmengine.logging import MMLogger, print_log
+
+StateDict = Dict[str, torch.Tensor]
+
+# Containers under which checkpoints keep their weights, outermost first.
+_CONTAINER_KEYS = ('state_dict', 'model', 'module', 'model_state')
+# Prefixes that wrappers add in front of the backbone's own keys.
+_WRAPPER_PREFIXES = ('module.', 'backbone.')
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be used for the model it was given to."""
+
+
+@dataclass(frozen=True)
+class WeightFormat:
+    """One on-disk layout of one backbone family.
+
+    ``matches(keys)`` recognises the layout from the set of keys; ``to_ours(state_dict)``
+    renames (and if needed reshapes) it into this project's layout.
+    """
+    name: str
+    family: str
+    matches: Callable[[set], bool]
+    to_ours: Callable[[StateDict], StateDict]
+    description: str = ''
+
+
+_FORMATS: List[WeightFormat] = []
+
+
+def register_format(fmt: WeightFormat) -> WeightFormat:
+    _FORMATS.append(fmt)
+    return fmt
+
+
+def formats(family: Optional[str] = None) -> List[WeightFormat]:
+    return [f for f in _FORMATS if family is None or f.family == family]
+
+
+# --------------------------------------------------------------------------------------------
+# Reading files
+# --------------------------------------------------------------------------------------------
+def read_checkpoint(path: str) -> dict:
+    """Read a ``.pth``/``.pt``/``.bin``/``.ckpt`` (safe unpickling) or ``.safetensors`` file."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise CheckpointError(f'checkpoint file not found: {path}')
+    try:
+        if path.endswith('.safetensors'):
+            from safetensors.torch import load_file
+            return dict(load_file(path, device='cpu'))
+        return torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as err:  # noqa: BLE001 - re-raised with the path, the cause kept
+        raise CheckpointError(f'cannot read checkpoint {path}: {type(err).__name__}: {err}') \
+            from err
+
+
+def extract_state_dict(ckpt: dict, prefix: Optional[str] = None) -> Tuple[StateDict, int]:
+    """Unwrap containers and wrapper prefixes; return the tensors and how many keys were
+    dropped because they belong to other parts of a wrapping model (neck, heads, ...).
+
+    ``prefix`` (as in MMEngine's ``Pretrained`` init) selects the keys under it explicitly;
+    without it ``module.`` and ``backbone.`` are stripped when present.
+    """
+    if not isinstance(ckpt, dict):
+        raise CheckpointError(f'a checkpoint must hold a dict, got {type(ckpt).__name__}')
+    for key in _CONTAINER_KEYS:
+        if key in ckpt and isinstance(ckpt[key], dict):
+            ckpt = ckpt[key]
+            break
+    sd = {k: v for k, v in ckpt.items() if isinstance(v, torch.Tensor)}
+    if not sd:
+        raise CheckpointError('the checkpoint holds no tensors (looked in '
+                              f'{", ".join(_CONTAINER_KEYS)} and the top level)')
+    prefixes = [prefix] if prefix else list(_WRAPPER_PREFIXES)
+    dropped = 0
+    for p in prefixes:
+        if not p.endswith('.'):
+            p += '.'
+        under = {k[len(p):]: v for k, v in sd.items() if k.startswith(p)}
+        if under:
+            dropped += len(sd) - len(under)
+            sd = under
+        elif prefix:
+            raise CheckpointError(f'no key in the checkpoint starts with prefix {p!r}; '
+                                  f'first keys: {list(sd)[:5]}')
+    return sd, dropped
+
+
+def detect_format(sd: StateDict, family: str) -> WeightFormat:
+    keys = set(sd)
+    candidates = formats(family)
+    for fmt in candidates:
+        if fmt.matches(keys):
+            return fmt
+    raise CheckpointError(
+        f'cannot recognise the checkpoint as a {family} model; known layouts: '
+        f'{", ".join(f.name for f in candidates)}. First keys: {sorted(keys)[:8]}')
+
+
+def convert_state_dict(sd: StateDict, family: str) -> Tuple[StateDict, str]:
+    """Rename any known layout of ``family`` into ours; returns (state_dict, format name)."""
+    fmt = detect_format(sd, family)
+    return fmt.to_ours(sd), fmt.name
+
+
+# --------------------------------------------------------------------------------------------
+# Loading into a model
+# --------------------------------------------------------------------------------------------
+@dataclass
+class LoadReport:
+    source: str
+    format: str
+    missing: List[str]
+    unused: List[str]
+    skipped_head: List[str]
+    dropped_wrapper_keys: int
+
+
+def load_pretrained(model: torch.nn.Module, path: str, family: str,
+                    prefix: Optional[str] = None,
+                    head_prefixes: Tuple[str, ...] = ('head.', ),
+                    logger: Optional[MMLogger] = None) -> LoadReport:
+    """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc)."""
+    logger = logger or MMLogger.get_current_instance()
+    sd, dropped = extract_state_dict(read_checkpoint(path), prefix)
+    sd, fmt_name = convert_state_dict(sd, family)
+    if hasattr(model, 'adapt_pretrained_state_dict'):
+        sd = model.adapt_pretrained_state_dict(sd)
+
+    own = model.state_dict()
+    skipped_head, mismatched = [], []
+    for key in list(sd):
+        if key in own and own[key].shape != sd[key].shape:
+            if key.startswith(head_prefixes):
+                skipped_head.append(f'{key} (checkpoint {tuple(sd[key].shape)}, '
+                                    f'model {tuple(own[key].shape)})')
+                del sd[key]
+            else:
+                mismatched.append(f'{key}: checkpoint {tuple(sd[key].shape)} vs model '
+                                  f'{tuple(own[key].shape)}')
+    if mismatched:
+        raise CheckpointError(f'shape mismatch loading {path} ({fmt_name}): '
+                              + '; '.join(mismatched))
+    result = model.load_state_dict(sd, strict=False)
+    report = LoadReport(path, fmt_name, list(result.missing_keys),
+                        list(result.unexpected_keys), skipped_head, dropped)
+    print_log(f'Loaded {type(model).__name__} weights from {path} (format: {fmt_name}, '
+              f'{len(sd)} tensors)', logger=logger)
+    if skipped_head:
+        print_log('Skipped the classifier head (different num_classes): '
+                  + ', '.join(skipped_head), logger=logger, level=30)
+    if report.missing:
+        print_log(f'Missing keys ({len(report.missing)}): {", ".join(report.missing)}',
+                  logger=logger, level=30)
+    if report.unused:
+        print_log(f'Unused keys ({len(report.unused)}): {", ".join(report.unused)}',
+                  logger=logger, level=30)
+    return report
+
+
+def regex_rename(sd: StateDict, rules: List[Tuple[str, str]]) -> StateDict:
+    """Apply ``re.sub`` rules in order to every key (the first rule that matches wins)."""
+    out = {}
+    for key, value in sd.items():
+        new = key
+        for pattern, repl in rules:
+            new, n = re.subn(pattern, repl, key)
+            if n:
+                break
+        out[new] = value
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# CvT layouts (official microsoft/CvT, Hugging Face CvtForImageClassification, ours)
+# --------------------------------------------------------------------------------------------
+# (filled in by the CvT backbone work)
+
+
+# --------------------------------------------------------------------------------------------
+# CMT layouts (official huawei-noah cmt_pytorch, ours)
+# --------------------------------------------------------------------------------------------
+# (filled in by the CMT backbone work)

@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# Create (or reuse) the project virtual environment with the verified stack.
+#
+#   tools/setup_env.sh            # .venv next to this repository
+#   CVT_MM_VENV=/path tools/setup_env.sh
+#
+# Re-running is instant: a stamp records the hash of the files that define the environment,
+# and nothing is reinstalled while it matches. Editing requirements.txt, pyproject.toml or this
+# script triggers an incremental `pip install` (pip's wheel cache keeps the mmcv build).
+#
+# GPU boxes: mmcv's CUDA ops are compiled when `nvcc` is on PATH (or CUDA_HOME is set) and a GPU
+# is visible (`nvidia-smi`), or when FORCE_CUDA=1. TORCH_CUDA_ARCH_LIST defaults to the visible
+# GPUs' compute capability. See README "Installation on a GPU machine".
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+
+VENV=${CVT_MM_VENV:-.venv}
+PYTHON=${PYTHON:-python3.11}
+stamp="$VENV/.cvt_mm_env_stamp"
+want=$(cat requirements.txt pyproject.toml tools/setup_env.sh | sha256sum | cut -d' ' -f1)
+if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
+    exit 0
+fi
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    command -v "$PYTHON" >/dev/null || { echo "setup_env: '$PYTHON' not found; install Python 3.11 or set PYTHON=" >&2; exit 1; }
+    echo "setup_env: creating $VENV with $("$PYTHON" --version)"
+    "$PYTHON" -m venv "$VENV"
+fi
+pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
+pin() { grep -E "^$1[=<>!~ ]" requirements.txt | head -n1 | tr -d ' '; }
+
+# 1. torch/torchvision first: mmcv compiles against the installed torch.
+"${pip[@]}" install "$(pin torch)" "$(pin torchvision)"
+
+# 2. mmcv with its ops; CUDA kernels where a CUDA toolkit and GPU exist.
+if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
+    if [[ -z "${FORCE_CUDA:-}" ]] && command -v nvidia-smi >/dev/null 2>&1 \
+        && { command -v nvcc >/dev/null 2>&1 || [[ -n "${CUDA_HOME:-}" ]]; }; then
+        export FORCE_CUDA=1
+    fi
+    if [[ "${FORCE_CUDA:-0}" == "1" ]]; then
+        export CUDA_HOME=${CUDA_HOME:-$(dirname "$(dirname "$(command -v nvcc)")")}
+        # torch's CUDA wheels ship headers (cusparse.h, ...) some system toolkits lack.
+        nv_inc=$("$VENV/bin/python" -c "import glob,site;print(':'.join(glob.glob(site.getsitepackages()[0]+'/nvidia/*/include')))")
+        export CPATH="${nv_inc}${CPATH:+:$CPATH}"
+        if [[ -z "${TORCH_CUDA_ARCH_LIST:-}" ]] && command -v nvidia-smi >/dev/null 2>&1; then
+            TORCH_CUDA_ARCH_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | sort -u | paste -sd ';')
+            export TORCH_CUDA_ARCH_LIST
+        fi
+        echo "setup_env: building mmcv with CUDA ops (CUDA_HOME=$CUDA_HOME, arch=${TORCH_CUDA_ARCH_LIST:-default})"
+    else
+        echo "setup_env: building mmcv with CPU ops (about 7 minutes on 2 cores; cached afterwards)"
+    fi
+    # mmcv's setup.py imports pkg_resources, which setuptools>=70 no longer ships, while torch
+    # 2.13 declares setuptools>=77: build with an old setuptools, step 3 restores torch's.
+    "${pip[@]}" install -q "setuptools<70" wheel ninja
+    MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+        "${pip[@]}" install --no-build-isolation "$(pin mmcv)"
+fi
+
+# 3. Everything else, then this package in editable mode.
+"${pip[@]}" install -r requirements.txt
+"${pip[@]}" install --no-deps -e .
+"$VENV/bin/python" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm" \
+    || { echo "setup_env: the environment in $VENV does not import; see the errors above" >&2; exit 1; }
+echo "$want" > "$stamp"
+echo "setup_env: ready ($VENV)"
