@@ -1,2 +1,3 @@
 """Backbones. Importing this module registers them in MMEngine's root ``MODELS`` registry,
 which MMDetection, MMSegmentation and MMPretrain all fall back to (see ``cvt_mm.registry``)."""
+from .cvt import CvT  # noqa: F401

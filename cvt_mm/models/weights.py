@@ -66,13 +66,53 @@ def formats(family: Optional[str] = None) -> List[WeightFormat]:
 # --------------------------------------------------------------------------------------------
 # Reading files
 # --------------------------------------------------------------------------------------------
-def read_checkpoint(path: str) -> dict:
-    """Read a ``.pth``/``.pt``/``.bin``/``.ckpt`` (safe unpickling) or ``.safetensors`` file."""
+@dataclass(frozen=True)
+class PublishedCheckpoint:
+    """Where a family's pretrained weights are published (for the "file not found" hint).
+
+    ``filename`` is the name the file is published under, or ``''`` where the source names
+    its files generically (Hugging Face's ``model.safetensors``)."""
+    family: str
+    filename: str
+    source: str
+    description: str = ''
+
+
+_PUBLISHED: List[PublishedCheckpoint] = []
+
+
+def register_published(entry: PublishedCheckpoint) -> PublishedCheckpoint:
+    _PUBLISHED.append(entry)
+    return entry
+
+
+def published(family: Optional[str] = None) -> List[PublishedCheckpoint]:
+    return [p for p in _PUBLISHED if family is None or p.family == family]
+
+
+def download_hint(path: str, family: Optional[str] = None) -> str:
+    """Where to get a missing checkpoint: the entry published under the file's name, else the
+    ``family``'s published checkpoints; ``''`` when nothing is known."""
+    name = os.path.basename(path).lower()
+    same_name = [p for p in _PUBLISHED if p.filename and p.filename.lower() == name]
+    entries = same_name or published(family)
+    if not entries:
+        return ''
+    family = entries[0].family
+    lines = [f'  {p.filename or p.description}: {p.source}' for p in entries]
+    return (f'\nPublished {family} checkpoints (download, then point init_cfg at the file; '
+            f'python tools/convert_weights.py SRC DST --family {family} rewrites any of them in '
+            'this project\'s layout):\n' + '\n'.join(lines))
+
+
+def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
+    """Read a ``.pth``/``.pt``/``.bin``/``.ckpt`` (safe unpickling) or ``.safetensors`` file.
+    ``family`` only enriches the "file not found" error with where to download weights."""
     if not isinstance(path, (str, os.PathLike)):
         raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise CheckpointError(f'checkpoint file not found: {path}')
+        raise CheckpointError(f'checkpoint file not found: {path}{download_hint(path, family)}')
     try:
         if path.endswith('.safetensors'):
             from safetensors.torch import load_file
@@ -151,7 +191,7 @@ def load_pretrained(model: torch.nn.Module, path: str, family: str,
                     logger: Optional[MMLogger] = None) -> LoadReport:
     """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc)."""
     logger = logger or MMLogger.get_current_instance()
-    sd, dropped = extract_state_dict(read_checkpoint(path), prefix)
+    sd, dropped = extract_state_dict(read_checkpoint(path, family), prefix)
     sd, fmt_name = convert_state_dict(sd, family)
     if hasattr(model, 'adapt_pretrained_state_dict'):
         sd = model.adapt_pretrained_state_dict(sd)
@@ -203,7 +243,74 @@ def regex_rename(sd: StateDict, rules: List[Tuple[str, str]]) -> StateDict:
 # --------------------------------------------------------------------------------------------
 # CvT layouts (official microsoft/CvT, Hugging Face CvtForImageClassification, ours)
 # --------------------------------------------------------------------------------------------
-# (filled in by the CvT backbone work)
+# Ours = the official keys with ``stage{i}.`` renamed to ``stages.{i}.``:
+#   stages.{i}.patch_embed.proj / .norm           (token embedding: Conv2d, LayerNorm)
+#   stages.{i}.blocks.{j}.norm1 / .norm2
+#   stages.{i}.blocks.{j}.attn.conv_proj_{q,k,v}.conv / .bn, .attn.proj_{q,k,v}, .attn.proj
+#   stages.{i}.blocks.{j}.mlp.fc1 / .fc2
+#   stages.2.cls_token, norm, head                (the classification stage)
+#   out_norms.{i}                                 (ours only: optional norms for dense heads)
+def _cvt_official_to_ours(sd: StateDict) -> StateDict:
+    return regex_rename(sd, [(r'^stage(\d+)\.', r'stages.\1.')])
+
+
+# Hugging Face CvtForImageClassification (``cvt.`` is absent in a bare CvtModel file).
+_HF_STAGE = r'^(?:cvt\.)?encoder\.stages\.(\d+)\.'
+_HF_BLOCK = _HF_STAGE + r'layers\.(\d+)\.'
+_CVT_HF_RULES = [
+    (_HF_STAGE + r'embedding\.convolution_embeddings\.projection\.',
+     r'stages.\1.patch_embed.proj.'),
+    (_HF_STAGE + r'embedding\.convolution_embeddings\.normalization\.',
+     r'stages.\1.patch_embed.norm.'),
+    (_HF_STAGE + r'cls_token$', r'stages.\1.cls_token'),
+]
+for _long, _short in (('query', 'q'), ('key', 'k'), ('value', 'v')):
+    _conv = _HF_BLOCK + rf'attention\.attention\.convolution_projection_{_long}\.' \
+        r'convolution_projection\.'
+    _CVT_HF_RULES += [
+        (_conv + r'convolution\.', rf'stages.\1.blocks.\2.attn.conv_proj_{_short}.conv.'),
+        (_conv + r'normalization\.', rf'stages.\1.blocks.\2.attn.conv_proj_{_short}.bn.'),
+        (_HF_BLOCK + rf'attention\.attention\.projection_{_long}\.',
+         rf'stages.\1.blocks.\2.attn.proj_{_short}.'),
+    ]
+_CVT_HF_RULES += [
+    (_HF_BLOCK + r'attention\.output\.dense\.', r'stages.\1.blocks.\2.attn.proj.'),
+    (_HF_BLOCK + r'layernorm_before\.', r'stages.\1.blocks.\2.norm1.'),
+    (_HF_BLOCK + r'layernorm_after\.', r'stages.\1.blocks.\2.norm2.'),
+    (_HF_BLOCK + r'intermediate\.dense\.', r'stages.\1.blocks.\2.mlp.fc1.'),
+    (_HF_BLOCK + r'output\.dense\.', r'stages.\1.blocks.\2.mlp.fc2.'),
+    (r'^layernorm\.', 'norm.'),
+    (r'^classifier\.', 'head.'),
+]
+
+
+def _has_key_matching(pattern: str) -> Callable[[set], bool]:
+    regex = re.compile(pattern)
+    return lambda keys: any(regex.match(k) for k in keys)
+
+
+register_format(WeightFormat(
+    'cvt-official', 'cvt', _has_key_matching(r'stage0\.patch_embed\.proj\.weight$'),
+    _cvt_official_to_ours, 'microsoft/CvT model-zoo .pth (a plain state dict)'))
+register_format(WeightFormat(
+    'cvt-huggingface', 'cvt',
+    _has_key_matching(_HF_STAGE + r'embedding\.convolution_embeddings\.projection\.weight$'),
+    lambda sd: regex_rename(sd, _CVT_HF_RULES),
+    'Hugging Face transformers CvtForImageClassification / CvtModel'))
+register_format(WeightFormat(
+    'cvt-ours', 'cvt', _has_key_matching(r'stages\.0\.patch_embed\.proj\.weight$'), dict,
+    "this project's layout (CvT().state_dict())"))
+
+_CVT_MODEL_ZOO = 'https://1drv.ms/u/s!AhIXJn_J-blW9RzF3rMW7SsLHa8h?e=blQ0Al'
+for _name in ('CvT-13-224x224-IN-1k.pth', 'CvT-13-384x384-IN-1k.pth', 'CvT-21-224x224-IN-1k.pth',
+              'CvT-21-384x384-IN-1k.pth', 'CvT-13-384x384-IN-22k.pth', 'CvT-21-384x384-IN-22k.pth',
+              'CvT-w24-384x384-IN-22k.pth'):
+    register_published(PublishedCheckpoint(
+        'cvt', _name, f'official model zoo {_CVT_MODEL_ZOO}', 'microsoft/CvT'))
+for _hub_id in ('microsoft/cvt-13', 'microsoft/cvt-21', 'microsoft/cvt-w24-384-22k'):
+    register_published(PublishedCheckpoint(
+        'cvt', '', f'https://huggingface.co/{_hub_id} (model.safetensors)',
+        f'Hugging Face {_hub_id}'))
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,0 +1,391 @@
+"""CvT: Introducing Convolutions to Vision Transformers (Wu et al., 2021).
+
+The architecture computes what the official ``microsoft/CvT`` model computes, so the published
+ImageNet weights load as they are (see ``cvt_mm.models.weights`` for the layouts):
+
+* three stages, each a convolutional token embedding (Conv2d + LayerNorm) and pre-norm blocks;
+  no position embedding;
+* attention projects q, k and v through a depth-wise 3x3 Conv2d + BatchNorm2d (stride 1 for q,
+  2 for k and v) and then a Linear each; scores are scaled by ``embed_dim ** -0.5`` with the
+  stage's *full* width, as the official weights were trained;
+* a cls token only in the last stage, which bypasses the convolutional projections; the final
+  LayerNorm + Linear on it give the ImageNet logits.
+
+Our keys are the official ones with ``stage{i}.`` renamed to ``stages.{i}.``.
+"""
+from __future__ import annotations
+
+from typing import List, Optional, Sequence, Tuple, Union
+
+import torch
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmengine.model import BaseModule
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..registry import MODELS
+from .layers import (FP32LayerNorm, QuickGELU, attention, check_choice, check_indices,
+                     nchw_to_nlc, nlc_to_nchw, trunc_normal_init_)
+from .weights import load_pretrained
+
+ARCH_SETTINGS = {
+    '13': dict(embed_dims=[64, 192, 384], num_heads=[1, 3, 6], depths=[1, 2, 10]),
+    '21': dict(embed_dims=[64, 192, 384], num_heads=[1, 3, 6], depths=[1, 4, 16]),
+    'w24': dict(embed_dims=[192, 768, 1024], num_heads=[3, 12, 16], depths=[2, 2, 20]),
+}
+# Token-embedding convolutions of the three stages (kernel, stride, padding).
+PATCH_KERNELS = (7, 3, 3)
+PATCH_STRIDES = (4, 2, 2)
+PATCH_PADDINGS = (2, 1, 1)
+NUM_STAGES = 3
+MLP_RATIO = 4
+# Below this the last stage's map (stride 16) would be a single token or none.
+MIN_INPUT_SIZE = 32
+
+
+class ConvTokenEmbed(nn.Module):
+    """Overlapping strided Conv2d, then LayerNorm over channels."""
+
+    def __init__(self, in_channels: int, embed_dims: int, kernel_size: int, stride: int,
+                 padding: int):
+        super().__init__()
+        self.proj = nn.Conv2d(in_channels, embed_dims, kernel_size, stride, padding)
+        self.norm = FP32LayerNorm(embed_dims, eps=1e-5)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        x = self.proj(x)
+        hw = tuple(x.shape[2:])
+        return self.norm(nchw_to_nlc(x)), hw
+
+
+class ConvProjection(nn.Module):
+    """Depth-wise 3x3 Conv2d (no bias) + BatchNorm2d on the token map, back to tokens."""
+
+    def __init__(self, dims: int, stride: int):
+        super().__init__()
+        self.conv = nn.Conv2d(dims, dims, 3, stride, padding=1, groups=dims, bias=False)
+        self.bn = nn.BatchNorm2d(dims)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return nchw_to_nlc(self.bn(self.conv(x)))
+
+
+class ConvAttention(nn.Module):
+    """Multi-head attention over convolutional projections of the token map.
+
+    ``num_cls_tokens`` leading tokens (the cls token) skip the convolutions and are
+    concatenated in front of q, k and v after them.
+    """
+
+    def __init__(self, dims: int, num_heads: int, stride_kv: int = 2, use_sdpa: bool = True):
+        super().__init__()
+        self.num_heads = num_heads
+        # The official model scales by the full width, not the per-head width; the published
+        # weights depend on it.
+        self.scale = dims ** -0.5
+        self.use_sdpa = use_sdpa
+        self.conv_proj_q = ConvProjection(dims, stride=1)
+        self.conv_proj_k = ConvProjection(dims, stride=stride_kv)
+        self.conv_proj_v = ConvProjection(dims, stride=stride_kv)
+        self.proj_q = nn.Linear(dims, dims)
+        self.proj_k = nn.Linear(dims, dims)
+        self.proj_v = nn.Linear(dims, dims)
+        self.proj = nn.Linear(dims, dims)
+
+    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
+        cls_tokens, tokens = x[:, :num_cls_tokens], x[:, num_cls_tokens:]
+        fmap = nlc_to_nchw(tokens, hw)
+        q, k, v = (torch.cat([cls_tokens, proj(fmap)], dim=1)
+                   for proj in (self.conv_proj_q, self.conv_proj_k, self.conv_proj_v))
+        q = self._split_heads(self.proj_q(q))
+        k = self._split_heads(self.proj_k(k))
+        v = self._split_heads(self.proj_v(v))
+        out = attention(q, k, v, self.scale, use_sdpa=self.use_sdpa)
+        b, _, n, _ = out.shape
+        return self.proj(out.transpose(1, 2).reshape(b, n, -1))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dims: int, hidden_dims: int):
+        super().__init__()
+        self.fc1 = nn.Linear(dims, hidden_dims)
+        self.act = QuickGELU()
+        self.fc2 = nn.Linear(hidden_dims, dims)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc2(self.act(self.fc1(x)))
+
+
+class CvTBlock(nn.Module):
+    """Pre-norm transformer block with convolutional attention."""
+
+    def __init__(self, dims: int, num_heads: int, drop_path: float, use_sdpa: bool):
+        super().__init__()
+        self.norm1 = FP32LayerNorm(dims, eps=1e-5)
+        self.attn = ConvAttention(dims, num_heads, use_sdpa=use_sdpa)
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.norm2 = FP32LayerNorm(dims, eps=1e-5)
+        self.mlp = Mlp(dims, dims * MLP_RATIO)
+
+    def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
+        x = x + self.drop_path(self.attn(self.norm1(x), hw, num_cls_tokens))
+        return x + self.drop_path(self.mlp(self.norm2(x)))
+
+
+class CvTStage(nn.Module):
+    """Token embedding, optional cls token and blocks; NCHW in, (NCHW map, cls token) out."""
+
+    def __init__(self, index: int, in_channels: int, dims: int, num_heads: int, depth: int,
+                 drop_path_rates: Sequence[float], with_cls_token: bool, use_sdpa: bool,
+                 with_cp: bool):
+        super().__init__()
+        self.patch_embed = ConvTokenEmbed(in_channels, dims, PATCH_KERNELS[index],
+                                          PATCH_STRIDES[index], PATCH_PADDINGS[index])
+        self.cls_token = nn.Parameter(torch.zeros(1, 1, dims)) if with_cls_token else None
+        self.blocks = nn.ModuleList(
+            CvTBlock(dims, num_heads, drop_path_rates[j], use_sdpa) for j in range(depth))
+        self.with_cp = with_cp
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+        x, hw = self.patch_embed(x)
+        num_cls = 0
+        if self.cls_token is not None:
+            num_cls = 1
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        # Recomputation only pays off when a backward pass will follow.
+        checkpointed = self.with_cp and self.training and torch.is_grad_enabled()
+        for block in self.blocks:
+            if checkpointed:
+                x = cp.checkpoint(block, x, hw, num_cls, use_reentrant=False)
+            else:
+                x = block(x, hw, num_cls)
+        cls_token = x[:, :num_cls] if num_cls else None
+        return nlc_to_nchw(x[:, num_cls:], hw), cls_token
+
+
+def _resolve_arch(arch: Union[str, dict]) -> dict:
+    if isinstance(arch, str):
+        check_choice('arch', arch, tuple(ARCH_SETTINGS))
+        return {k: list(v) for k, v in ARCH_SETTINGS[arch].items()}
+    if not isinstance(arch, dict):
+        raise ValueError(f'arch must be one of {", ".join(map(repr, ARCH_SETTINGS))} or a dict, '
+                         f'got {type(arch).__name__}')
+    required = {'embed_dims', 'num_heads', 'depths'}
+    if set(arch) != required:
+        raise ValueError(f'an arch dict needs exactly the keys {sorted(required)}, '
+                         f'got {sorted(arch)}')
+    spec = {k: list(arch[k]) for k in required}
+    for key, values in spec.items():
+        if len(values) != NUM_STAGES or not all(isinstance(v, int) and v > 0 for v in values):
+            raise ValueError(f'arch[{key!r}] must be {NUM_STAGES} positive ints, got {values}')
+    for i, (dims, heads) in enumerate(zip(spec['embed_dims'], spec['num_heads'])):
+        if dims % heads:
+            raise ValueError(f'stage {i}: embed_dims {dims} is not divisible by num_heads {heads}')
+    return spec
+
+
+def _stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[float]]:
+    """A float is the official recipe (0 / 0 / rate per stage); a sequence gives one rate per
+    stage. Within a stage the rate rises linearly from 0, as in the official code."""
+    if isinstance(drop_path_rate, (int, float)):
+        per_stage = [0.0] * (NUM_STAGES - 1) + [float(drop_path_rate)]
+    else:
+        per_stage = [float(r) for r in drop_path_rate]
+        if len(per_stage) != NUM_STAGES:
+            raise ValueError(f'drop_path_rate must be a float or {NUM_STAGES} per-stage rates, '
+                             f'got {drop_path_rate!r}')
+    if not all(0.0 <= r < 1.0 for r in per_stage):
+        raise ValueError(f'drop_path_rate values must be in [0, 1), got {drop_path_rate!r}')
+    # On the CPU explicitly, so that building under `with torch.device('meta')` works.
+    return [torch.linspace(0, r, d, device='cpu').tolist() for r, d in zip(per_stage, depths)]
+
+
+@MODELS.register_module()
+class CvT(BaseModule):
+    """CvT backbone for MMDetection, MMSegmentation and MMPretrain.
+
+    Args:
+        arch: ``'13'``, ``'21'``, ``'w24'`` or ``dict(embed_dims, num_heads, depths)`` with three
+            entries each.
+        in_channels: image channels.
+        out_indices: stages whose maps ``forward`` returns, in this order (strides 4, 8, 16).
+        out_type: ``'featmap'`` (tuple of NCHW maps) or ``'logits'`` (``(logits,)``, for an
+            MMPretrain ``ImageClassifier`` with a loss-only ``ClsHead``).
+        out_norm_cfg: ``None`` returns the official stage outputs; ``dict(type='LN')`` adds a
+            LayerNorm per returned map (``out_norms.{stage}``), as MMDetection's Swin/PVT do.
+        num_classes: classes of the Linear head on the cls token; 0 for no head (``classify``
+            then returns the normalised cls token).
+        drop_path_rate: stochastic depth of the last stage (official recipe: 0 / 0 / 0.1), or
+            three per-stage rates.
+        frozen_stages: stages ``0..frozen_stages`` are frozen and kept in eval mode (-1: none).
+        norm_eval: keep every BatchNorm in eval mode while training.
+        with_cp: activation checkpointing per block while training.
+        use_sdpa: fused attention (default); ``False`` uses the plain reference attention.
+        init_cfg: ``dict(type='Pretrained', checkpoint=PATH[, prefix='backbone.'])`` loads any
+            known CvT layout (official, Hugging Face, ours).
+    """
+
+    def __init__(self,
+                 arch: Union[str, dict] = '13',
+                 in_channels: int = 3,
+                 out_indices: Sequence[int] = (0, 1, 2),
+                 out_type: str = 'featmap',
+                 out_norm_cfg: Optional[dict] = None,
+                 num_classes: int = 1000,
+                 drop_path_rate: Union[float, Sequence[float]] = 0.1,
+                 frozen_stages: int = -1,
+                 norm_eval: bool = False,
+                 with_cp: bool = False,
+                 use_sdpa: bool = True,
+                 init_cfg: Optional[dict] = None):
+        if init_cfg is not None and not isinstance(init_cfg, dict):
+            raise ValueError(f'init_cfg must be a dict or None, got {type(init_cfg).__name__}')
+        if init_cfg is not None and init_cfg.get('type') == 'Pretrained' \
+                and not init_cfg.get('checkpoint'):
+            raise ValueError("init_cfg=dict(type='Pretrained') needs checkpoint=PATH")
+        super().__init__(init_cfg=init_cfg)
+        spec = _resolve_arch(arch)
+        check_choice('out_type', out_type, ('featmap', 'logits'))
+        if not isinstance(in_channels, int) or in_channels < 1:
+            raise ValueError(f'in_channels must be a positive int, got {in_channels!r}')
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f'num_classes must be an int >= 0 (0: no head), got {num_classes!r}')
+        if out_type == 'logits' and num_classes == 0:
+            raise ValueError("out_type='logits' needs a head: num_classes must be > 0")
+        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages < NUM_STAGES:
+            raise ValueError(f'frozen_stages must be an int in -1..{NUM_STAGES - 1} '
+                             f'(-1: nothing frozen), got {frozen_stages!r}')
+        if out_norm_cfg is not None:
+            if not isinstance(out_norm_cfg, dict):
+                raise ValueError(f'out_norm_cfg must be None or a dict, got {out_norm_cfg!r}')
+            # Applied on tokens before they are reshaped to maps: only a LayerNorm fits there.
+            check_choice("out_norm_cfg['type']", out_norm_cfg.get('type'), ('LN', ))
+
+        self.embed_dims = spec['embed_dims']
+        self.num_heads = spec['num_heads']
+        self.depths = spec['depths']
+        self.out_indices = check_indices('out_indices', out_indices, NUM_STAGES)
+        self.out_type = out_type
+        self.num_classes = num_classes
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+        rates = _stage_drop_path_rates(drop_path_rate, self.depths)
+
+        self.stages = nn.ModuleList()
+        channels = in_channels
+        for i in range(NUM_STAGES):
+            self.stages.append(
+                CvTStage(i, channels, self.embed_dims[i], self.num_heads[i], self.depths[i],
+                         rates[i], with_cls_token=i == NUM_STAGES - 1, use_sdpa=use_sdpa,
+                         with_cp=with_cp))
+            channels = self.embed_dims[i]
+        self.in_channels = in_channels
+
+        # The classification stage: final norm on the cls token and the ImageNet head.
+        self.norm = FP32LayerNorm(self.embed_dims[-1], eps=1e-5)
+        self.head = nn.Linear(self.embed_dims[-1], num_classes) if num_classes > 0 else None
+
+        self.out_norms = None
+        if out_norm_cfg is not None and out_type == 'featmap':
+            self.out_norms = nn.ModuleDict({
+                str(i): build_norm_layer(out_norm_cfg, self.embed_dims[i])[1]
+                for i in self.out_indices
+            })
+        self._freeze_stages()
+
+    @property
+    def out_channels(self) -> List[int]:
+        if self.out_type == 'logits':
+            return [self.num_classes]
+        return [self.embed_dims[i] for i in self.out_indices]
+
+    # ---------------------------------------------------------------------------------------
+    # Initialisation
+    # ---------------------------------------------------------------------------------------
+    def init_weights(self) -> None:
+        if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
+            load_pretrained(self, self.init_cfg['checkpoint'], 'cvt',
+                            prefix=self.init_cfg.get('prefix'), head_prefixes=('head.', ))
+            return
+        if self.init_cfg is not None:
+            super().init_weights()
+            return
+        # The official recipe: truncated-normal Linear weights and cls token.
+        trunc_normal_init_(self)
+        nn.init.trunc_normal_(self.stages[-1].cls_token, std=0.02)
+
+    # ---------------------------------------------------------------------------------------
+    # Forward
+    # ---------------------------------------------------------------------------------------
+    def _check_input(self, x: torch.Tensor) -> None:
+        if not isinstance(x, torch.Tensor) or x.dim() != 4:
+            raise ValueError('CvT expects a (B, C, H, W) tensor, got '
+                             f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}')
+        if x.shape[1] != self.in_channels:
+            raise ValueError(f'CvT was built for in_channels={self.in_channels}, '
+                             f'got an input with {x.shape[1]} channels')
+        if min(x.shape[2:]) < MIN_INPUT_SIZE:
+            raise ValueError(f'CvT needs inputs of at least {MIN_INPUT_SIZE}x{MIN_INPUT_SIZE}, '
+                             f'got {tuple(x.shape[2:])}')
+
+    def _run_stages(self, x: torch.Tensor, last_stage: int):
+        """Run stages 0..last_stage; return their maps and the last stage's cls token."""
+        maps, cls_token = [], None
+        for stage in self.stages[:last_stage + 1]:
+            x, cls_token = stage(x)
+            maps.append(x)
+        return maps, cls_token
+
+    def _logits(self, cls_token: torch.Tensor) -> torch.Tensor:
+        feats = self.norm(cls_token[:, 0])
+        return self.head(feats) if self.head is not None else feats
+
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        """Official ImageNet logits ``(B, num_classes)`` (normalised cls token if no head)."""
+        self._check_input(x)
+        _, cls_token = self._run_stages(x, NUM_STAGES - 1)
+        return self._logits(cls_token)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+        if self.out_type == 'logits':
+            return (self.classify(x), )
+        self._check_input(x)
+        maps, _ = self._run_stages(x, max(self.out_indices))
+        outs = []
+        for i in self.out_indices:
+            fmap = maps[i]
+            if self.out_norms is not None:
+                fmap = nlc_to_nchw(self.out_norms[str(i)](nchw_to_nlc(fmap)), fmap.shape[2:])
+            outs.append(fmap)
+        return tuple(outs)
+
+    # ---------------------------------------------------------------------------------------
+    # Training behaviour (as MMDetection's Swin)
+    # ---------------------------------------------------------------------------------------
+    def _frozen_modules(self) -> List[nn.Module]:
+        modules = list(self.stages[:self.frozen_stages + 1])
+        if self.out_norms is not None:
+            modules += [self.out_norms[str(i)] for i in range(self.frozen_stages + 1)
+                        if str(i) in self.out_norms]
+        return modules
+
+    def _freeze_stages(self) -> None:
+        for module in self._frozen_modules():
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self

@@ -1,0 +1,514 @@
+"""CvT backbone: architecture, options, toolbox builds and every checkpoint layout.
+
+Small models (``TINY``) and small images keep this file CPU-cheap; the official variants are
+only constructed on the meta device (parameter counts) or run once at 224x224.
+"""
+import importlib.util
+import logging
+import os
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+
+import cvt_mm  # noqa: F401  (registers CvT)
+from cvt_mm.models.cvt import CvT
+from cvt_mm.models.weights import CheckpointError
+
+TINY = dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 1, 2])
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def randomized(model):
+    """Every parameter and BatchNorm statistic random, so a wrongly mapped tensor shows."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if name.endswith('num_batches_tracked'):
+                continue
+            if name.endswith('running_var'):
+                t.copy_(torch.rand(t.shape, generator=g) + 0.5)
+            else:
+                t.copy_(torch.randn(t.shape, generator=g) * 0.2)
+    return model.eval()
+
+
+def tiny(**kwargs):
+    kwargs.setdefault('arch', TINY)
+    kwargs.setdefault('num_classes', 10)
+    return CvT(**kwargs)
+
+
+def conv_out(size, kernel, stride, pad):
+    return (size + 2 * pad - kernel) // stride + 1
+
+
+def stage_sizes(h, w):
+    """Map sizes from the token-embedding convolutions (k7 s4 p2, k3 s2 p1, k3 s2 p1)."""
+    sizes = []
+    for k, s, p in ((7, 4, 2), (3, 2, 1), (3, 2, 1)):
+        h, w = conv_out(h, k, s, p), conv_out(w, k, s, p)
+        sizes.append((h, w))
+    return sizes
+
+
+# -------------------------------------------------------------------------------------------
+# An independent functional re-statement of the official forward, on official-layout keys.
+# -------------------------------------------------------------------------------------------
+def _ln(x, sd, key):
+    return F.layer_norm(x, x.shape[-1:], sd[key + '.weight'], sd[key + '.bias'], 1e-5)
+
+
+def _dw_bn(fmap, sd, key, stride):
+    y = F.conv2d(fmap, sd[key + '.conv.weight'], stride=stride, padding=1, groups=fmap.shape[1])
+    y = F.batch_norm(y, sd[key + '.bn.running_mean'], sd[key + '.bn.running_var'],
+                     sd[key + '.bn.weight'], sd[key + '.bn.bias'], False, 0.0, 1e-5)
+    return y.flatten(2).transpose(1, 2)
+
+
+def official_classify(sd, x, num_heads):
+    cls = None
+    for i, (k, s, p) in enumerate(((7, 4, 2), (3, 2, 1), (3, 2, 1))):
+        pre = f'stage{i}.'
+        x = F.conv2d(x, sd[pre + 'patch_embed.proj.weight'], sd[pre + 'patch_embed.proj.bias'],
+                     stride=s, padding=p)
+        b, c, h, w = x.shape
+        t = _ln(x.flatten(2).transpose(1, 2), sd, pre + 'patch_embed.norm')
+        n_cls = 1 if pre + 'cls_token' in sd else 0
+        if n_cls:
+            t = torch.cat([sd[pre + 'cls_token'].expand(b, -1, -1), t], 1)
+        j = 0
+        while f'{pre}blocks.{j}.norm1.weight' in sd:
+            blk = f'{pre}blocks.{j}.'
+            y = _ln(t, sd, blk + 'norm1')
+            fmap = y[:, n_cls:].transpose(1, 2).reshape(b, c, h, w)
+            qkv = []
+            for name, stride in (('q', 1), ('k', 2), ('v', 2)):
+                z = torch.cat([y[:, :n_cls], _dw_bn(fmap, sd, f'{blk}attn.conv_proj_{name}', stride)], 1)
+                z = F.linear(z, sd[f'{blk}attn.proj_{name}.weight'], sd[f'{blk}attn.proj_{name}.bias'])
+                qkv.append(z.reshape(b, z.shape[1], num_heads[i], -1).transpose(1, 2))
+            q, kk, v = qkv
+            attn = (torch.einsum('bhlk,bhtk->bhlt', q, kk) * c ** -0.5).softmax(-1)
+            o = torch.einsum('bhlt,bhtv->bhlv', attn, v).transpose(1, 2).reshape(b, -1, c)
+            t = t + F.linear(o, sd[blk + 'attn.proj.weight'], sd[blk + 'attn.proj.bias'])
+            y = F.linear(_ln(t, sd, blk + 'norm2'), sd[blk + 'mlp.fc1.weight'], sd[blk + 'mlp.fc1.bias'])
+            y = y * torch.sigmoid(1.702 * y)
+            t = t + F.linear(y, sd[blk + 'mlp.fc2.weight'], sd[blk + 'mlp.fc2.bias'])
+            j += 1
+        if n_cls:
+            cls = t[:, :1]
+        x = t[:, n_cls:].transpose(1, 2).reshape(b, c, h, w)
+    return F.linear(_ln(cls[:, 0], sd, 'norm'), sd['head.weight'], sd['head.bias'])
+
+
+def to_official(sd):
+    return {re.sub(r'^stages\.(\d+)\.', r'stage\1.', k): v for k, v in sd.items()}
+
+
+# Hugging Face transformers' modeling_cvt names, written out in the other direction.
+_HF_BLOCK_PARTS = [
+    ('norm1.', 'layernorm_before.'), ('norm2.', 'layernorm_after.'),
+    ('mlp.fc1.', 'intermediate.dense.'), ('mlp.fc2.', 'output.dense.'),
+    ('attn.proj.', 'attention.output.dense.'),
+] + [(f'attn.conv_proj_{s}.conv.', f'attention.attention.convolution_projection_{l}.'
+      'convolution_projection.convolution.') for s, l in (('q', 'query'), ('k', 'key'),
+                                                          ('v', 'value'))] \
+  + [(f'attn.conv_proj_{s}.bn.', f'attention.attention.convolution_projection_{l}.'
+      'convolution_projection.normalization.') for s, l in (('q', 'query'), ('k', 'key'),
+                                                            ('v', 'value'))] \
+  + [(f'attn.proj_{s}.', f'attention.attention.projection_{l}.')
+     for s, l in (('q', 'query'), ('k', 'key'), ('v', 'value'))]
+
+
+def to_huggingface(sd):
+    out = {}
+    for key, value in sd.items():
+        m = re.match(r'stages\.(\d+)\.blocks\.(\d+)\.(.*)$', key)
+        if m:
+            rest = next(hf + m.group(3)[len(ours):] for ours, hf in _HF_BLOCK_PARTS
+                        if m.group(3).startswith(ours))
+            key = f'cvt.encoder.stages.{m.group(1)}.layers.{m.group(2)}.{rest}'
+        elif key.startswith('norm.'):
+            key = 'layernorm.' + key[len('norm.'):]
+        elif key.startswith('head.'):
+            key = 'classifier.' + key[len('head.'):]
+        else:
+            key = re.sub(r'^stages\.(\d+)\.patch_embed\.proj\.',
+                         r'cvt.encoder.stages.\1.embedding.convolution_embeddings.projection.', key)
+            key = re.sub(r'^stages\.(\d+)\.patch_embed\.norm\.',
+                         r'cvt.encoder.stages.\1.embedding.convolution_embeddings.normalization.',
+                         key)
+            key = re.sub(r'^stages\.(\d+)\.cls_token$', r'cvt.encoder.stages.\1.cls_token', key)
+        out[key] = value.clone()
+    return out
+
+
+def load_via_init_cfg(path, **kwargs):
+    model = tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path), **kwargs))
+    model.init_weights()
+    return model.eval()
+
+
+@pytest.fixture(scope='module')
+def source():
+    """A randomised tiny model, an input and its official outputs."""
+    model = randomized(tiny())
+    x = torch.randn(2, 3, 64, 80, generator=torch.Generator().manual_seed(1))
+    with torch.no_grad():
+        return model, x, model.classify(x), model(x)
+
+
+# -------------------------------------------------------------------------------------------
+# Architecture
+# -------------------------------------------------------------------------------------------
+def test_matches_independent_official_forward(source):
+    model, x, logits, _ = source
+    with torch.no_grad():
+        expected = official_classify(to_official(model.state_dict()), x, TINY['num_heads'])
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize('size,batch', [((97, 131), 1), ((320, 480), 2), ((32, 45), 1)])
+def test_output_shapes_and_strides(size, batch):
+    model = tiny().eval()
+    with torch.no_grad():
+        outs = model(torch.randn(batch, 3, *size))
+    assert len(outs) == 3
+    for (h, w), channels, stride, out in zip(stage_sizes(*size), TINY['embed_dims'],
+                                             (4, 8, 16), outs):
+        assert out.shape == (batch, channels, h, w)
+        # Padding 2 around a 7-wide kernel: maps are within one pixel of size / stride.
+        assert abs(h - size[0] / stride) < 1 and abs(w - size[1] / stride) < 1
+    assert model.out_channels == TINY['embed_dims']
+
+
+def test_cvt13_at_224_has_the_official_stage_shapes():
+    model = CvT(arch='13').eval()
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 224, 224))
+        logits = model.classify(torch.randn(1, 3, 224, 224))
+    assert [tuple(o.shape) for o in outs] == [(1, 64, 56, 56), (1, 192, 28, 28),
+                                              (1, 384, 14, 14)]
+    assert logits.shape == (1, 1000)
+
+
+@pytest.mark.parametrize('arch,millions', [('13', 19.997), ('21', 31.623), ('w24', 277.196)])
+def test_parameter_counts_match_the_official_models(arch, millions):
+    with torch.device('meta'):
+        model = CvT(arch=arch)
+    assert round(sum(p.numel() for p in model.parameters()) / 1e6, 3) == millions
+
+
+def test_out_indices_order_and_out_norms(source):
+    model, x, _, stage_maps = source
+    picked = tiny(out_indices=(2, 0))
+    picked.load_state_dict(model.state_dict())
+    with_norms = tiny(out_indices=(2, 0), out_norm_cfg=dict(type='LN'))
+    with_norms.load_state_dict(model.state_dict(), strict=False)
+    with torch.no_grad():
+        plain = picked.eval()(x)
+        normed = with_norms.eval()(x)
+    assert picked.out_channels == [48, 16]
+    torch.testing.assert_close(plain[0], stage_maps[2])
+    torch.testing.assert_close(plain[1], stage_maps[0])
+    # A fresh LayerNorm per output: every position's channel vector is standardised.
+    for out in normed:
+        torch.testing.assert_close(out.mean(1), torch.zeros_like(out.mean(1)), atol=1e-5,
+                                   rtol=0)
+        torch.testing.assert_close(out.var(1, unbiased=False), torch.ones_like(out.mean(1)),
+                                   atol=1e-3, rtol=0)
+
+
+def test_sdpa_and_reference_attention_agree(source):
+    model, x, logits, maps = source
+    reference = tiny(use_sdpa=False)
+    reference.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        ref_maps = reference.eval()(x)
+        ref_logits = reference.classify(x)
+    for a, b in zip(maps, ref_maps):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(logits, ref_logits, rtol=1e-4, atol=1e-5)
+
+
+def test_logits_output_type_and_headless_classify(source):
+    model, x, logits, _ = source
+    as_classifier = tiny(out_type='logits')
+    as_classifier.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        (out, ) = as_classifier.eval()(x)
+    torch.testing.assert_close(out, logits)
+    assert as_classifier.out_channels == [10]
+
+    headless = tiny(num_classes=0)
+    missing = headless.load_state_dict(model.state_dict(), strict=False)
+    assert sorted(missing.unexpected_keys) == ['head.bias', 'head.weight']
+    with torch.no_grad():
+        feats = headless.eval().classify(x)
+    assert feats.shape == (2, 48)
+    torch.testing.assert_close(feats @ model.head.weight.T + model.head.bias, logits,
+                               rtol=1e-5, atol=1e-5)
+
+
+# -------------------------------------------------------------------------------------------
+# Training options
+# -------------------------------------------------------------------------------------------
+def _bn_stats(module):
+    return {k: v.clone() for k, v in module.state_dict().items() if 'running' in k}
+
+
+def test_frozen_stages():
+    model = tiny(frozen_stages=1, out_norm_cfg=dict(type='LN'))
+    model.train()
+    for i, stage in enumerate(model.stages):
+        assert all(p.requires_grad == (i == 2) for p in stage.parameters())
+        assert all(m.training == (i == 2) for m in stage.modules())
+    assert not any(p.requires_grad for p in model.out_norms['1'].parameters())
+    assert all(p.requires_grad for p in model.out_norms['2'].parameters())
+    before = [_bn_stats(s) for s in model.stages]
+    sum(o.sum() for o in model(torch.randn(2, 3, 64, 64))).backward()
+    after = [_bn_stats(s) for s in model.stages]
+    for i in range(3):
+        changed = any(not torch.equal(before[i][k], after[i][k]) for k in before[i])
+        assert changed == (i == 2), f'stage {i}'
+    assert all(p.grad is None for p in model.stages[0].parameters())
+
+
+def test_norm_eval_keeps_batchnorm_statistics():
+    model = tiny(norm_eval=True).train()
+    before = _bn_stats(model)
+    model(torch.randn(2, 3, 64, 64))
+    assert all(torch.equal(before[k], v) for k, v in _bn_stats(model).items())
+    assert model.stages[0].patch_embed.norm.training  # only BatchNorm is affected
+    assert all(p.requires_grad for p in model.parameters())
+
+
+def _saved_tensor_count(model, x):
+    count = 0
+
+    def pack(t):
+        nonlocal count
+        count += 1
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        outs = model(x)
+    return count, outs
+
+
+def test_with_cp_same_outputs_and_gradients_with_less_saved():
+    plain = tiny(drop_path_rate=0.3).train()
+    checkpointed = tiny(drop_path_rate=0.3, with_cp=True).train()
+    checkpointed.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 64, 64)
+    results = []
+    for model in (plain, checkpointed):
+        torch.manual_seed(0)  # same drop-path draws in both runs
+        saved, outs = _saved_tensor_count(model, x)
+        sum((o * o).mean() for o in outs).backward()
+        grads = {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+        results.append((saved, outs, grads))
+    (saved_a, outs_a, grads_a), (saved_b, outs_b, grads_b) = results
+    for a, b in zip(outs_a, outs_b):
+        torch.testing.assert_close(a, b)
+    assert grads_a.keys() == grads_b.keys() and len(grads_a) > 0
+    for name in grads_a:
+        torch.testing.assert_close(grads_a[name], grads_b[name], msg=name)
+    assert saved_b < saved_a / 2
+
+
+# -------------------------------------------------------------------------------------------
+# Building in each toolbox
+# -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('registry_module', ['mmdet.registry', 'mmseg.registry',
+                                             'mmpretrain.registry'])
+def test_builds_from_a_config_in_each_toolbox(registry_module):
+    registry = importlib.import_module(registry_module).MODELS
+    model = registry.build(dict(type='CvT', arch=TINY, out_indices=(0, 1, 2),
+                                out_norm_cfg=dict(type='LN'), num_classes=0))
+    assert isinstance(model, CvT)
+    with torch.no_grad():
+        outs = model.eval()(torch.randn(1, 3, 64, 96))
+    assert [o.shape[1] for o in outs] == TINY['embed_dims']
+
+
+def test_mmpretrain_image_classifier_trains_the_classification_stage(tmp_path, source):
+    from mmpretrain.registry import MODELS
+    from mmpretrain.structures import DataSample
+    model, x, logits, _ = source
+    path = tmp_path / 'ours.pth'
+    torch.save(model.state_dict(), path)
+    classifier = MODELS.build(dict(
+        type='ImageClassifier', neck=None,
+        backbone=dict(type='CvT', arch=TINY, num_classes=10, out_type='logits',
+                      init_cfg=dict(type='Pretrained', checkpoint=str(path))),
+        head=dict(type='ClsHead', loss=dict(type='CrossEntropyLoss'))))
+    classifier.init_weights()  # the classifier's init reaches the backbone's loader
+    classifier.eval()
+    with torch.no_grad():
+        torch.testing.assert_close(classifier(x, mode='tensor'), logits)
+    classifier.train()
+    samples = [DataSample().set_gt_label(3), DataSample().set_gt_label(7)]
+    losses = classifier(x, samples, mode='loss')
+    losses['loss'].backward()
+    assert torch.isfinite(losses['loss'])
+    assert classifier.backbone.head.weight.grad.abs().sum() > 0
+
+
+# -------------------------------------------------------------------------------------------
+# Checkpoint layouts
+# -------------------------------------------------------------------------------------------
+def _assert_reproduces(path, source, **init_kwargs):
+    model, x, logits, maps = source
+    loaded = load_via_init_cfg(path, **init_kwargs)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.classify(x), logits, rtol=0, atol=0)
+        for a, b in zip(loaded(x), maps):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    return loaded
+
+
+def test_loads_the_official_layout(tmp_path, source):
+    path = tmp_path / 'CvT-13-224x224-IN-1k.pth'
+    torch.save(to_official(source[0].state_dict()), path)
+    _assert_reproduces(path, source)
+
+
+@pytest.mark.parametrize('filename', ['model.safetensors', 'pytorch_model.bin'])
+def test_loads_the_huggingface_layout(tmp_path, source, filename):
+    hf = to_huggingface(source[0].state_dict())
+    # num_batches_tracked is not a weight HF keeps in every export; loading must not need it.
+    hf = {k: v for k, v in hf.items() if not k.endswith('num_batches_tracked')}
+    path = tmp_path / filename
+    if filename.endswith('.safetensors'):
+        save_file(hf, str(path))
+    else:
+        torch.save(hf, path)
+    _assert_reproduces(path, source)
+
+
+def test_loads_ours_bare_and_inside_an_mmengine_checkpoint(tmp_path, source):
+    sd = source[0].state_dict()
+    torch.save(sd, tmp_path / 'bare.pth')
+    _assert_reproduces(tmp_path / 'bare.pth', source)
+    wrapped = {'meta': {'epoch': 3, 'mmengine_version': '0.10.7'},
+               'state_dict': {**{'backbone.' + k: v for k, v in sd.items()},
+                              'neck.fc.weight': torch.zeros(2, 2)}}
+    torch.save(wrapped, tmp_path / 'detector.pth')
+    _assert_reproduces(tmp_path / 'detector.pth', source)
+    _assert_reproduces(tmp_path / 'detector.pth', source, prefix='backbone.')
+
+
+def test_missing_and_unused_keys_are_logged_by_name(tmp_path, source):
+    from mmengine.logging import MMLogger
+    sd = dict(source[0].state_dict())
+    del sd['stages.1.blocks.0.mlp.fc2.bias']
+    sd['stages.1.blocks.0.extra.weight'] = torch.zeros(1)
+    torch.save(sd, tmp_path / 'partial.pth')
+    log_file = tmp_path / 'load.log'
+    MMLogger.get_instance('test_cvt_missing_keys', log_file=str(log_file),
+                          log_level=logging.INFO)
+    load_via_init_cfg(tmp_path / 'partial.pth')
+    text = log_file.read_text()
+    assert 'stages.1.blocks.0.mlp.fc2.bias' in text and 'Missing' in text
+    assert 'stages.1.blocks.0.extra.weight' in text and 'Unused' in text
+
+
+def test_a_different_head_is_skipped_with_a_warning(tmp_path, source):
+    model, x, _, maps = source
+    torch.save(model.state_dict(), tmp_path / 'ten_classes.pth')
+    five = tiny(num_classes=5, init_cfg=dict(type='Pretrained',
+                                             checkpoint=str(tmp_path / 'ten_classes.pth')))
+    head_before = five.head.weight.clone()
+    five.init_weights()
+    assert torch.equal(five.head.weight, head_before)
+    with torch.no_grad():
+        for a, b in zip(five.eval()(x), maps):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+def test_a_shape_mismatch_names_the_key_and_both_shapes(tmp_path):
+    other = dict(TINY, embed_dims=[16, 32, 96])
+    torch.save(tiny(arch=other).state_dict(), tmp_path / 'wider.pth')
+    with pytest.raises(CheckpointError, match=r'stages\.2\.patch_embed\.proj\.weight: '
+                       r'checkpoint \(96, 32, 3, 3\) vs model \(48, 32, 3, 3\)'):
+        load_via_init_cfg(tmp_path / 'wider.pth')
+
+
+def test_missing_unreadable_and_unknown_files(tmp_path):
+    missing = tmp_path / 'CvT-13-224x224-IN-1k.pth'
+    with pytest.raises(CheckpointError, match='not found') as err:
+        load_via_init_cfg(missing)
+    message = str(err.value)
+    assert str(missing) in message and '1drv.ms' in message and 'convert_weights.py' in message
+    with pytest.raises(CheckpointError, match='microsoft/cvt-13'):
+        load_via_init_cfg(tmp_path / 'model.safetensors')
+
+    garbage = tmp_path / 'garbage.pth'
+    garbage.write_bytes(b'not a checkpoint')
+    with pytest.raises(CheckpointError, match=re.escape(str(garbage))):
+        load_via_init_cfg(garbage)
+
+    torch.save({'fc.weight': torch.zeros(1)}, tmp_path / 'resnet.pth')
+    with pytest.raises(CheckpointError, match='cvt-official.*cvt-huggingface.*cvt-ours'):
+        load_via_init_cfg(tmp_path / 'resnet.pth')
+
+
+def _converter():
+    spec = importlib.util.spec_from_file_location(
+        'convert_weights', os.path.join(REPO, 'tools', 'convert_weights.py'))
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_converter_writes_our_layout(tmp_path, source, capsys):
+    converter = _converter()
+    save_file(to_huggingface(source[0].state_dict()), str(tmp_path / 'model.safetensors'))
+    torch.save(to_official(source[0].state_dict()), tmp_path / 'official.pth')
+    for name, fmt in (('model.safetensors', 'cvt-huggingface'), ('official.pth', 'cvt-official')):
+        dst = tmp_path / 'out' / (name + '.converted.pth')
+        assert converter.main([str(tmp_path / name), str(dst), '--family', 'cvt']) == 0
+        saved = torch.load(dst, weights_only=True)
+        assert saved['meta']['source_format'] == fmt
+        assert set(saved['state_dict']) == set(source[0].state_dict())
+        _assert_reproduces(dst, source)
+    assert converter.main([str(tmp_path / 'nope.pth'), str(tmp_path / 'x.pth'),
+                           '--family', 'cvt']) == 1
+    assert 'nope.pth' in capsys.readouterr().err
+
+
+# -------------------------------------------------------------------------------------------
+# Bad arguments and inputs
+# -------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(arch='17'), r"'13', '21', 'w24'"),
+    (dict(arch=dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3])), 'depths'),
+    (dict(arch=dict(TINY, num_heads=[1, 2, 5])), 'not divisible'),
+    (dict(arch=dict(TINY, depths=[1, 1])), '3 positive ints'),
+    (dict(out_indices=(0, 3)), r'0\.\.2'),
+    (dict(out_type='maps'), "'featmap', 'logits'"),
+    (dict(out_type='logits', num_classes=0), 'num_classes must be > 0'),
+    (dict(num_classes=-1), 'num_classes'),
+    (dict(frozen_stages=3), r'-1\.\.2'),
+    (dict(drop_path_rate=[0.1, 0.2]), 'per-stage'),
+    (dict(drop_path_rate=1.5), r'\[0, 1\)'),
+    (dict(out_norm_cfg=dict(type='BN')), "'LN'"),
+    (dict(init_cfg=dict(type='Pretrained')), 'checkpoint=PATH'),
+])
+def test_bad_options_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        tiny(**kwargs)
+
+
+@pytest.mark.parametrize('shape,match', [((3, 64, 64), r'\(B, C, H, W\)'),
+                                         ((1, 1, 64, 64), 'in_channels=3'),
+                                         ((1, 3, 31, 64), 'at least 32x32')])
+def test_bad_inputs_raise_value_error(shape, match):
+    model = tiny()
+    with pytest.raises(ValueError, match=match):
+        model(torch.randn(*shape))
+    with pytest.raises(ValueError, match=match):
+        model.classify(torch.randn(*shape))
