@@ -1,0 +1,515 @@
+"""CMT: Convolutional Neural Networks Meet Vision Transformers (Guo et al., CVPR 2022).
+
+The official architecture (huawei-noah/Efficient-AI-Backbones, ``cmt_pytorch``) as an MMEngine
+backbone that runs at any input size >= 32x32 and keeps the ImageNet classification stage.
+
+Size rules (the same for every input, so dense heads see strides 4/8/16/32):
+
+* The stem's first conv (3x3, stride 2, padding 1) gives ``ceil(H / 2)``. Every stride-2
+  kernel-2 patch embedding zero-pads an odd map by one row/column at the bottom/right first,
+  so stage ``i`` always has ``ceil(H / s) x ceil(W / s)`` tokens, ``s = 4, 8, 16, 32`` -- the
+  sizes ResNet and MMDetection's Swin/PVT (corner padding) give, so FPN levels halve exactly.
+* The key/value reduction (depth-wise conv, kernel = stride = ``sr_ratio``) likewise pads the
+  map at the bottom/right to a multiple of ``sr_ratio``: the key grid is
+  ``ceil(h / sr) x ceil(w / sr)`` and no token is left out of the keys.
+* At sizes that are multiples of 32 nothing is padded: the official computation exactly.
+
+``relative_pos`` (one ``(heads, Nq, Nk)`` tensor per stage, a full query x key bias) is stored for
+the grids of ``pretrain_img_size`` and resized at run time by :func:`resize_relative_pos`.
+"""
+from __future__ import annotations
+
+import math
+from collections import OrderedDict
+from typing import Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+import torch.utils.checkpoint as cp
+from mmcv.cnn import build_norm_layer
+from mmcv.cnn.bricks import DropPath
+from mmengine.logging import print_log
+from mmengine.model import BaseModule
+from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from ..registry import MODELS
+from .layers import (attention, check_choice, check_indices, nchw_to_nlc, nlc_to_nchw,
+                     stochastic_depth_rates, trunc_normal_init_)
+from .weights import CheckpointError, load_pretrained
+
+Grid = Tuple[int, int]
+
+# Official variants. ``pretrain_img_size`` is the ImageNet training resolution, which fixes the
+# shape of the relative position biases in the official checkpoints.
+ARCH_SETTINGS = {
+    'ti': dict(embed_dims=[46, 92, 184, 368], stem_channels=16, depths=[2, 2, 10, 2],
+               mlp_ratio=3.6, pretrain_img_size=160, head_drop_rate=0.1),
+    'xs': dict(embed_dims=[52, 104, 208, 416], stem_channels=16, depths=[3, 3, 12, 3],
+               mlp_ratio=3.77, pretrain_img_size=192, head_drop_rate=0.1),
+    's': dict(embed_dims=[64, 128, 256, 512], stem_channels=32, depths=[3, 3, 16, 3],
+              mlp_ratio=4.0, pretrain_img_size=224, head_drop_rate=0.1),
+    'b': dict(embed_dims=[76, 152, 304, 608], stem_channels=38, depths=[4, 4, 20, 4],
+              mlp_ratio=4.0, pretrain_img_size=256, head_drop_rate=0.3),
+}
+ARCH_DEFAULTS = dict(num_heads=[1, 2, 4, 8], sr_ratios=[8, 4, 2, 1], mlp_ratio=4.0,
+                     pretrain_img_size=224, head_drop_rate=0.1, fc_channels=1280)
+REQUIRED_ARCH_KEYS = ('embed_dims', 'num_heads', 'depths')
+NUM_STAGES = 4
+MIN_INPUT_SIZE = 32
+
+
+def _ceil_div(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def stage_grids(img_size: Grid, sr_ratios: Sequence[int]) -> list:
+    """``[(query_grid, key_grid), ...]`` per stage for an input of ``img_size`` (see the size
+    rules in the module doc)."""
+    h, w = img_size
+    out = []
+    for i, sr in enumerate(sr_ratios):
+        stride = 2 ** (i + 2)
+        q = (_ceil_div(h, stride), _ceil_div(w, stride))
+        out.append((q, (_ceil_div(q[0], sr), _ceil_div(q[1], sr))))
+    return out
+
+
+def resize_relative_pos(bias: torch.Tensor, src_query: Grid, src_key: Grid, dst_query: Grid,
+                        dst_key: Grid) -> torch.Tensor:
+    """Resize a ``(heads, Hq*Wq, Hk*Wk)`` bias to new query and key grids.
+
+    Bicubic (``align_corners=False``) over the query grid first, then over the key grid: the
+    second (larger) step then writes the result directly in its final layout. Returns ``bias``
+    itself when both grids already match, so a checkpoint run at its own resolution computes
+    exactly what it was trained with.
+    """
+    heads, nq, nk = bias.shape
+    if nq != src_query[0] * src_query[1] or nk != src_key[0] * src_key[1]:
+        raise ValueError(f'relative_pos of shape {tuple(bias.shape)} does not match a '
+                         f'{src_query} query grid and a {src_key} key grid')
+    if tuple(src_query) == tuple(dst_query) and tuple(src_key) == tuple(dst_key):
+        return bias
+    x = bias
+    if tuple(src_query) != tuple(dst_query):
+        # (heads, Nq, Nk) -> (heads * Nk, 1, Hq, Wq): each key's bias is an image over queries.
+        x = x.transpose(1, 2).reshape(heads * nk, 1, *src_query)
+        x = F.interpolate(x, size=dst_query, mode='bicubic', align_corners=False)
+        x = x.reshape(heads, nk, -1).transpose(1, 2)
+    if tuple(src_key) != tuple(dst_key):
+        nq_new = x.shape[1]
+        x = x.reshape(heads * nq_new, 1, *src_key)
+        x = F.interpolate(x, size=dst_key, mode='bicubic', align_corners=False)
+        x = x.reshape(heads, nq_new, -1)
+    return x.contiguous()
+
+
+def square_grids_from_shape(shape: Sequence[int]) -> Tuple[Grid, Grid]:
+    """Query and key grids of a ``(heads, Nq, Nk)`` bias trained on square images (all
+    official checkpoints); ``CheckpointError`` when a token count is not a square."""
+    grids = []
+    for n in shape[1:]:
+        side = math.isqrt(n)
+        if side * side != n:
+            raise CheckpointError(
+                f'relative_pos of shape {tuple(shape)}: {n} tokens is not a square grid, so '
+                'the resolution it was trained at is unknown; only square training '
+                'resolutions can be resized on loading')
+        grids.append((side, side))
+    return grids[0], grids[1]
+
+
+class ConvBN(nn.Module):
+    """Conv2d with bias -> BatchNorm, with an optional activation before (``act_first``) or
+    after the norm. The official weights carry a conv bias even right before a BN, so this
+    is not mmcv's ``ConvModule``, which warns about such a bias."""
+
+    def __init__(self, in_channels: int, out_channels: int, kernel_size: int, stride: int = 1,
+                 padding: int = 0, groups: int = 1, act: Optional[nn.Module] = None,
+                 act_first: bool = False):
+        super().__init__()
+        self.conv = nn.Conv2d(in_channels, out_channels, kernel_size, stride, padding,
+                              groups=groups)
+        self.bn = nn.BatchNorm2d(out_channels)
+        self.act = act or nn.Identity()
+        self.act_first = act_first
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.conv(x)
+        if self.act_first:
+            return self.bn(self.act(x))
+        return self.act(self.bn(x))
+
+
+class PatchEmbed(nn.Module):
+    """Stride-2 kernel-2 conv + LayerNorm; odd maps are padded at the bottom/right first."""
+
+    def __init__(self, in_channels: int, embed_dims: int):
+        super().__init__()
+        self.proj = nn.Conv2d(in_channels, embed_dims, kernel_size=2, stride=2)
+        self.norm = nn.LayerNorm(embed_dims, eps=1e-5)
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Grid]:
+        x = F.pad(x, (0, x.shape[-1] % 2, 0, x.shape[-2] % 2))
+        x = self.proj(x)
+        hw = (x.shape[-2], x.shape[-1])
+        return self.norm(nchw_to_nlc(x)), hw
+
+
+class LMHSA(nn.Module):
+    """Lightweight multi-head self-attention: keys/values from a depth-wise-reduced map, plus
+    the stage's relative position bias."""
+
+    def __init__(self, dim: int, num_heads: int, sr_ratio: int, use_sdpa: bool = True):
+        super().__init__()
+        self.num_heads = num_heads
+        self.scale = (dim // num_heads) ** -0.5
+        self.sr_ratio = sr_ratio
+        self.use_sdpa = use_sdpa
+        self.q = nn.Linear(dim, dim)
+        self.k = nn.Linear(dim, dim)
+        self.v = nn.Linear(dim, dim)
+        self.proj = nn.Linear(dim, dim)
+        if sr_ratio > 1:
+            self.sr = ConvBN(dim, dim, sr_ratio, stride=sr_ratio, groups=dim)
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(1, 2)
+
+    def forward(self, x: torch.Tensor, hw: Grid, bias: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        kv = x
+        if self.sr_ratio > 1:
+            fmap = nlc_to_nchw(x, hw)
+            fmap = F.pad(fmap, (0, (-hw[1]) % self.sr_ratio, 0, (-hw[0]) % self.sr_ratio))
+            kv = nchw_to_nlc(self.sr(fmap))
+        q, k, v = self._heads(self.q(x)), self._heads(self.k(kv)), self._heads(self.v(kv))
+        out = attention(q, k, v, self.scale, bias=bias.to(q.dtype), use_sdpa=self.use_sdpa)
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+
+
+class IRFFN(nn.Module):
+    """Inverted residual feed-forward network: 1x1 expand, residual 3x3 depth-wise, 1x1
+    reduce (each conv followed by BN; GELU before BN as in the official code)."""
+
+    def __init__(self, dim: int, hidden: int):
+        super().__init__()
+        self.conv1 = ConvBN(dim, hidden, 1, act=nn.GELU(), act_first=True)
+        self.dwconv = nn.Conv2d(hidden, hidden, 3, padding=1, groups=hidden)
+        self.dwconv_act = nn.GELU()
+        self.dwconv_bn = nn.BatchNorm2d(hidden)
+        self.conv2 = ConvBN(hidden, dim, 1)
+
+    def forward(self, x: torch.Tensor, hw: Grid) -> torch.Tensor:
+        x = self.conv1(nlc_to_nchw(x, hw))
+        x = self.dwconv_bn(self.dwconv_act(self.dwconv(x) + x))
+        return nchw_to_nlc(self.conv2(x))
+
+
+class CMTBlock(nn.Module):
+    """Local perception unit (residual 3x3 depth-wise conv), LMHSA and IRFFN."""
+
+    def __init__(self, dim: int, num_heads: int, mlp_ratio: float, sr_ratio: int,
+                 drop_path: float, use_sdpa: bool):
+        super().__init__()
+        self.lpu = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
+        self.norm1 = nn.LayerNorm(dim, eps=1e-6)
+        self.attn = LMHSA(dim, num_heads, sr_ratio, use_sdpa)
+        self.norm2 = nn.LayerNorm(dim, eps=1e-6)
+        self.ffn = IRFFN(dim, int(dim * mlp_ratio))
+        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+
+    def forward(self, x: torch.Tensor, hw: Grid, bias: torch.Tensor) -> torch.Tensor:
+        fmap = nlc_to_nchw(x, hw)
+        x = nchw_to_nlc(self.lpu(fmap) + fmap)
+        x = x + self.drop_path(self.attn(self.norm1(x), hw, bias))
+        return x + self.drop_path(self.ffn(self.norm2(x), hw))
+
+
+class CMTStage(nn.Module):
+    """Patch embedding, the stage's relative position bias and its blocks.
+
+    ``relative_pos`` is stored for ``query_grid`` x ``key_grid``. In eval mode the resized bias
+    is kept per (query grid, key grid) in a small LRU cache, dropped on ``train()`` and whenever
+    the parameter is replaced or updated in place (``load_state_dict``, an optimizer step).
+    """
+
+    def __init__(self, in_channels: int, dim: int, depth: int, num_heads: int,
+                 mlp_ratio: float, sr_ratio: int, drop_paths: Sequence[float],
+                 query_grid: Grid, key_grid: Grid, use_sdpa: bool, with_cp: bool,
+                 bias_cache_size: int):
+        super().__init__()
+        self.patch_embed = PatchEmbed(in_channels, dim)
+        self.query_grid, self.key_grid = tuple(query_grid), tuple(key_grid)
+        self.sr_ratio = sr_ratio
+        # The official init (unit normal), not a small std: the trained biases are O(1).
+        self.relative_pos = nn.Parameter(
+            torch.randn(num_heads, query_grid[0] * query_grid[1], key_grid[0] * key_grid[1]))
+        self.blocks = nn.ModuleList(
+            CMTBlock(dim, num_heads, mlp_ratio, sr_ratio, dp, use_sdpa) for dp in drop_paths)
+        self.with_cp = with_cp
+        self.bias_cache_size = bias_cache_size
+        self._bias_cache: OrderedDict = OrderedDict()
+
+    def train(self, mode: bool = True):
+        self._bias_cache.clear()
+        return super().train(mode)
+
+    def relative_pos_for(self, query_grid: Grid, key_grid: Grid) -> torch.Tensor:
+        """The bias for the given grids (the parameter itself at the stored grids)."""
+        param = self.relative_pos
+        # Reusing a tensor built without autograd would cut the gradient to the parameter,
+        # so the cache serves only eval-mode passes that do not need that gradient.
+        cacheable = (not self.training and self.bias_cache_size > 0
+                     and not (torch.is_grad_enabled() and param.requires_grad))
+        if not cacheable:
+            return resize_relative_pos(param, self.query_grid, self.key_grid, query_grid,
+                                       key_grid)
+        grids = (tuple(query_grid), tuple(key_grid))
+        source = (param.data_ptr(), param._version, param.dtype, param.device)
+        hit = self._bias_cache.get(grids)
+        if hit is not None and hit[0] == source:
+            self._bias_cache.move_to_end(grids)
+            return hit[1]
+        bias = resize_relative_pos(param, self.query_grid, self.key_grid, *grids)
+        self._bias_cache[grids] = (source, bias)
+        self._bias_cache.move_to_end(grids)
+        while len(self._bias_cache) > self.bias_cache_size:
+            self._bias_cache.popitem(last=False)
+        return bias
+
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Grid]:
+        """NCHW in; (B, h*w, C) tokens and (h, w) out."""
+        x, hw = self.patch_embed(x)
+        key_grid = (_ceil_div(hw[0], self.sr_ratio), _ceil_div(hw[1], self.sr_ratio))
+        bias = self.relative_pos_for(hw, key_grid)
+        for block in self.blocks:
+            if self.with_cp and x.requires_grad:
+                x = cp.checkpoint(block, x, hw, bias, use_reentrant=False)
+            else:
+                x = block(x, hw, bias)
+        return x, hw
+
+
+def _resolve_arch(arch) -> dict:
+    if isinstance(arch, str):
+        check_choice('arch', arch, tuple(ARCH_SETTINGS))
+        return {**ARCH_DEFAULTS, **ARCH_SETTINGS[arch]}
+    if not isinstance(arch, dict):
+        raise ValueError(f'arch must be one of {", ".join(map(repr, ARCH_SETTINGS))} or a dict, '
+                         f'got {type(arch).__name__}')
+    allowed = set(REQUIRED_ARCH_KEYS) | set(ARCH_DEFAULTS) | {'stem_channels'}
+    unknown = sorted(set(arch) - allowed)
+    missing = [k for k in REQUIRED_ARCH_KEYS if k not in arch]
+    if unknown or missing:
+        raise ValueError(f'arch dict: unknown keys {unknown}, missing keys {missing}; '
+                         f'required: {list(REQUIRED_ARCH_KEYS)}, optional: '
+                         f'{sorted(allowed - set(REQUIRED_ARCH_KEYS))}')
+    cfg = {**ARCH_DEFAULTS, 'stem_channels': arch['embed_dims'][0] // 2, **arch}
+    for key in ('embed_dims', 'num_heads', 'depths', 'sr_ratios'):
+        if len(cfg[key]) != NUM_STAGES or any(int(v) < 1 for v in cfg[key]):
+            raise ValueError(f'arch[{key!r}] must hold {NUM_STAGES} positive ints, '
+                             f'got {cfg[key]!r}')
+    for dim, heads in zip(cfg['embed_dims'], cfg['num_heads']):
+        if dim % heads:
+            raise ValueError(f'arch: embed_dims {cfg["embed_dims"]} must be divisible by '
+                             f'num_heads {cfg["num_heads"]} stage by stage')
+    return cfg
+
+
+@MODELS.register_module()
+class CMT(BaseModule):
+    """CMT backbone (MMDetection, MMSegmentation and MMPretrain).
+
+    Args:
+        arch: ``'ti' | 'xs' | 's' | 'b'`` or a dict with ``embed_dims``, ``num_heads``,
+            ``depths`` and optionally ``stem_channels``, ``mlp_ratio``, ``sr_ratios``,
+            ``pretrain_img_size``, ``head_drop_rate``, ``fc_channels``.
+        in_channels: input image channels.
+        out_indices: stages whose maps ``forward`` returns (strides 4, 8, 16, 32).
+        out_type: ``'featmap'`` (tuple of NCHW maps) or ``'logits'`` (``(logits,)`` for
+            MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``).
+        out_norm_cfg: ``None`` returns the official stage outputs; a norm config (e.g.
+            ``dict(type='LN')``) adds one norm per output, as dense heads usually want.
+        num_classes: classes of the Linear head used by :meth:`classify`; 0 drops it.
+        drop_path_rate: stochastic depth, rising linearly over all blocks.
+        pretrain_img_size: resolution whose token grids the relative position biases are
+            stored for (int or (h, w)); default: the arch's ImageNet training resolution.
+        frozen_stages: -1 trains everything, ``k >= 0`` freezes the stem and the first
+            ``k`` stages (parameters and BN statistics).
+        norm_eval: keep all BatchNorm layers in eval mode during training.
+        with_cp: gradient checkpointing per block.
+        use_sdpa: ``scaled_dot_product_attention`` (False: the reference path).
+        bias_cache_size: resized biases kept per stage in eval mode (input sizes, LRU).
+        init_cfg: ``dict(type='Pretrained', checkpoint=PATH[, prefix='backbone.'])`` loads an
+            official CMT file or one of ours (see ``cvt_mm.models.weights``).
+    """
+
+    def __init__(self, arch='s', in_channels: int = 3, out_indices=(0, 1, 2, 3),
+                 out_type: str = 'featmap', out_norm_cfg: Optional[dict] = None,
+                 num_classes: int = 1000, drop_path_rate: float = 0.1,
+                 pretrain_img_size=None, frozen_stages: int = -1, norm_eval: bool = False,
+                 with_cp: bool = False, use_sdpa: bool = True, bias_cache_size: int = 2,
+                 init_cfg: Optional[dict] = None):
+        super().__init__(init_cfg=init_cfg)
+        cfg = _resolve_arch(arch)
+        check_choice('out_type', out_type, ('featmap', 'logits'))
+        if not isinstance(num_classes, int) or num_classes < 0:
+            raise ValueError(f'num_classes must be an int >= 0, got {num_classes!r}')
+        if out_type == 'logits' and num_classes == 0:
+            raise ValueError("out_type='logits' needs a classifier: num_classes must be > 0")
+        if not 0 <= drop_path_rate < 1:
+            raise ValueError(f'drop_path_rate must be in [0, 1), got {drop_path_rate!r}')
+        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= NUM_STAGES:
+            raise ValueError(f'frozen_stages must be an int in -1..{NUM_STAGES}, '
+                             f'got {frozen_stages!r}')
+        if not isinstance(bias_cache_size, int) or bias_cache_size < 0:
+            raise ValueError(f'bias_cache_size must be an int >= 0, got {bias_cache_size!r}')
+        if init_cfg is not None and init_cfg.get('type') == 'Pretrained' \
+                and not init_cfg.get('checkpoint'):
+            raise ValueError("init_cfg=dict(type='Pretrained') needs checkpoint=PATH")
+        pretrain_img_size = pretrain_img_size or cfg['pretrain_img_size']
+        if isinstance(pretrain_img_size, int):
+            pretrain_img_size = (pretrain_img_size, pretrain_img_size)
+        if len(pretrain_img_size) != 2 or min(pretrain_img_size) < MIN_INPUT_SIZE:
+            raise ValueError(f'pretrain_img_size must be an int or (h, w), each >= '
+                             f'{MIN_INPUT_SIZE}, got {pretrain_img_size!r}')
+
+        self.arch_settings = cfg
+        self.embed_dims = list(cfg['embed_dims'])
+        self.in_channels = in_channels
+        self.out_indices = check_indices('out_indices', out_indices, NUM_STAGES)
+        self.out_type = out_type
+        self.num_classes = num_classes
+        self.pretrain_img_size = tuple(pretrain_img_size)
+        self.frozen_stages = frozen_stages
+        self.norm_eval = norm_eval
+
+        stem = cfg['stem_channels']
+        self.stem = nn.Sequential(*(
+            ConvBN(c_in, stem, 3, stride=stride, padding=1, act=nn.GELU(), act_first=True)
+            for c_in, stride in ((in_channels, 2), (stem, 1), (stem, 1))))
+
+        grids = stage_grids(self.pretrain_img_size, cfg['sr_ratios'])
+        drop_paths = stochastic_depth_rates(cfg['depths'], drop_path_rate)
+        self.stages = nn.ModuleList()
+        channels = stem
+        for i in range(NUM_STAGES):
+            self.stages.append(CMTStage(
+                channels, self.embed_dims[i], cfg['depths'][i], cfg['num_heads'][i],
+                cfg['mlp_ratio'], cfg['sr_ratios'][i], drop_paths[i], *grids[i],
+                use_sdpa=use_sdpa, with_cp=with_cp, bias_cache_size=bias_cache_size))
+            channels = self.embed_dims[i]
+
+        self.out_norms = None
+        if out_norm_cfg is not None:
+            self.out_norms = nn.ModuleDict({
+                str(i): build_norm_layer(out_norm_cfg, self.embed_dims[i])[1]
+                for i in self.out_indices})
+
+        # Official classification stage: 1x1 conv -> BN -> Swish -> pool -> dropout -> Linear.
+        self.cls_proj = ConvBN(self.embed_dims[-1], cfg['fc_channels'], 1, act=nn.SiLU())
+        self.head_drop = nn.Dropout(cfg['head_drop_rate'])
+        self.head = nn.Linear(cfg['fc_channels'], num_classes) if num_classes > 0 \
+            else nn.Identity()
+        self._freeze_stages()
+
+    @property
+    def out_channels(self) -> list:
+        return [self.embed_dims[i] for i in self.out_indices]
+
+    # ---------------------------------------------------------------- weights
+    def init_weights(self):
+        if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
+            load_pretrained(self, self.init_cfg['checkpoint'], 'cmt',
+                            prefix=self.init_cfg.get('prefix'))
+            self._is_init = True
+        elif self.init_cfg is not None:
+            super().init_weights()
+        else:
+            trunc_normal_init_(self)
+            for stage in self.stages:
+                nn.init.normal_(stage.relative_pos)
+            self._is_init = True
+
+    def adapt_pretrained_state_dict(self, sd: dict) -> dict:
+        """Resize checkpoint biases trained at another resolution (once) to the stored grids.
+        Checkpoint grids are inferred from the tensor shape (square training images)."""
+        for i, stage in enumerate(self.stages):
+            key = f'stages.{i}.relative_pos'
+            if key not in sd or sd[key].shape == stage.relative_pos.shape:
+                continue
+            src = sd[key]
+            if src.dim() != 3 or src.shape[0] != stage.relative_pos.shape[0]:
+                raise CheckpointError(f'{key}: checkpoint {tuple(src.shape)} vs model '
+                                      f'{tuple(stage.relative_pos.shape)} (number of heads '
+                                      'differs)')
+            src_q, src_k = square_grids_from_shape(src.shape)
+            sd[key] = resize_relative_pos(src.float(), src_q, src_k, stage.query_grid,
+                                          stage.key_grid).to(src.dtype)
+            print_log(f'{key}: resized from query grid {src_q} x key grid {src_k} to '
+                      f'{stage.query_grid} x {stage.key_grid} (bicubic)', logger='current')
+        return sd
+
+    # ---------------------------------------------------------------- training modes
+    def _freeze_stages(self):
+        if self.frozen_stages < 0:
+            return
+        frozen = [self.stem] + [self.stages[i] for i in range(self.frozen_stages)]
+        if self.out_norms is not None:
+            frozen += [self.out_norms[str(i)] for i in range(self.frozen_stages)
+                       if str(i) in self.out_norms]
+        for module in frozen:
+            module.eval()
+            for param in module.parameters():
+                param.requires_grad = False
+
+    def train(self, mode: bool = True):
+        super().train(mode)
+        self._freeze_stages()
+        if mode and self.norm_eval:
+            for m in self.modules():
+                if isinstance(m, _BatchNorm):
+                    m.eval()
+        return self
+
+    # ---------------------------------------------------------------- forward
+    def _check_input(self, x: torch.Tensor):
+        if x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f'CMT expects (B, {self.in_channels}, H, W) images, got shape '
+                             f'{tuple(x.shape)}')
+        if min(x.shape[-2:]) < MIN_INPUT_SIZE:
+            raise ValueError(f'CMT needs inputs of at least {MIN_INPUT_SIZE}x{MIN_INPUT_SIZE} '
+                             f'(stride 32), got {x.shape[-2]}x{x.shape[-1]}')
+
+    def _run_stages(self, x: torch.Tensor, last: int) -> list:
+        """[(NLC tokens, (h, w)), ...] of stages 0..last."""
+        x = self.stem(x)
+        outs = []
+        for stage in self.stages[:last + 1]:
+            tokens, hw = stage(x)
+            outs.append((tokens, hw))
+            x = nlc_to_nchw(tokens, hw)
+        return outs
+
+    def classify(self, x: torch.Tensor) -> torch.Tensor:
+        """(B, num_classes) logits of the official classification stage (pooled 1280-d
+        features when ``num_classes=0``)."""
+        self._check_input(x)
+        tokens, hw = self._run_stages(x, NUM_STAGES - 1)[-1]
+        x = self.cls_proj(nlc_to_nchw(tokens, hw))
+        return self.head(self.head_drop(x.mean(dim=(2, 3))))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        if self.out_type == 'logits':
+            return (self.classify(x), )
+        self._check_input(x)
+        stage_outs = self._run_stages(x, max(self.out_indices))
+        outs = []
+        for i in self.out_indices:
+            tokens, hw = stage_outs[i]
+            if self.out_norms is not None:
+                tokens = self.out_norms[str(i)](tokens)
+            outs.append(nlc_to_nchw(tokens, hw).contiguous())
+        return tuple(outs)

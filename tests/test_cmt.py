@@ -1,0 +1,422 @@
+"""CMT backbone: sizes, relative-position bias resizing, checkpoints, training modes, errors.
+
+Most tests use a tiny CMT (a few thousand parameters, one block per stage) so the whole file
+runs in seconds on CPU.
+"""
+import math
+import re
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cvt_mm  # noqa: F401  (registers CMT)
+from cvt_mm.models.cmt import CMT, resize_relative_pos
+from cvt_mm.models.weights import CheckpointError
+
+TINY = dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1],
+            stem_channels=8, fc_channels=32, mlp_ratio=2.0)
+STRIDES = (4, 8, 16, 32)
+
+
+def tiny(**kwargs):
+    kwargs.setdefault('num_classes', 5)
+    kwargs.setdefault('drop_path_rate', 0.0)
+    kwargs.setdefault('pretrain_img_size', 64)
+    model = CMT(arch=TINY, **kwargs)
+    model.init_weights()
+    return model
+
+
+def randomize_bn(model):
+    """Non-trivial running statistics, so eval-mode outputs depend on every BN buffer."""
+    gen = torch.Generator().manual_seed(0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.copy_(torch.randn(m.num_features, generator=gen) * 0.1)
+            m.running_var.copy_(torch.rand(m.num_features, generator=gen) + 0.5)
+    return model
+
+
+# ------------------------------------------------------------------------------ architecture
+@pytest.mark.parametrize('arch,millions', [('ti', 9.492), ('xs', 15.247), ('s', 26.256),
+                                           ('b', 45.715)])
+def test_official_parameter_counts(arch, millions):
+    model = CMT(arch=arch, num_classes=1000)
+    count = sum(p.numel() for p in model.parameters())
+    assert round(count / 1e6, 3) == millions
+
+
+@pytest.mark.parametrize('size', [(160, 160), (224, 224), (97, 131), (320, 480)])
+def test_pyramid_shapes_at_any_size(size):
+    model = tiny().eval()
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, *size))
+    assert len(outs) == 4
+    for fmap, stride, channels in zip(outs, STRIDES, TINY['embed_dims']):
+        # The documented rule: ceil(H / stride) x ceil(W / stride) at every level.
+        assert fmap.shape == (1, channels, math.ceil(size[0] / stride),
+                              math.ceil(size[1] / stride))
+    assert model.out_channels == TINY['embed_dims']
+
+
+def test_odd_size_levels_halve_for_fpn():
+    model = tiny().eval()
+    with torch.no_grad():
+        outs = model(torch.randn(1, 3, 97, 131))
+    assert [tuple(o.shape[-2:]) for o in outs] == [(25, 33), (13, 17), (7, 9), (4, 5)]
+
+
+def test_keys_cover_a_map_not_divisible_by_sr_ratio():
+    """Stage 0 at 97x131 has 25x33 tokens and sr_ratio 8: the reduction pads to 32x40, so the
+    last row and column of tokens are among the keys (a floor would drop them)."""
+    model = randomize_bn(tiny()).eval()
+    stage = model.stages[0]
+    attn = stage.blocks[0].attn
+    hw, key_grid = (25, 33), (4, 5)
+    bias = stage.relative_pos_for(hw, key_grid)
+    x = torch.randn(1, 25 * 33, TINY['embed_dims'][0])
+    x2 = x.clone()
+    x2[:, -1] += 3.0  # token (24, 32) only
+    with torch.no_grad():
+        y, y2 = attn(x, hw, bias), attn(x2, hw, bias)
+    assert not torch.allclose(y[:, 0], y2[:, 0])
+
+
+def test_out_indices_order_and_out_norm():
+    model = tiny(out_indices=(3, 1), out_norm_cfg=dict(type='LN')).eval()
+    with torch.no_grad():
+        outs = model(torch.randn(2, 3, 64, 96))
+    assert [o.shape[1] for o in outs] == [64, 16] == model.out_channels
+    # A LayerNorm per output: every token is normalised over channels.
+    tokens = outs[0].flatten(2)
+    assert torch.allclose(tokens.mean(1), torch.zeros_like(tokens.mean(1)), atol=1e-5)
+
+
+def test_sdpa_matches_reference_attention():
+    torch.manual_seed(0)
+    fast = randomize_bn(tiny()).eval()
+    ref = tiny(use_sdpa=False).eval()
+    ref.load_state_dict(fast.state_dict())
+    x = torch.randn(2, 3, 97, 131)
+    with torch.no_grad():
+        for a, b in zip(fast(x), ref(x)):
+            torch.testing.assert_close(a, b, atol=1e-5, rtol=1e-4)
+        torch.testing.assert_close(fast.classify(x), ref.classify(x), atol=1e-5, rtol=1e-4)
+
+
+def test_classification_head_kept_and_dropped():
+    model = tiny(num_classes=7).eval()
+    x = torch.randn(2, 3, 64, 64)
+    assert model.classify(x).shape == (2, 7)
+    logits_model = tiny(num_classes=7, out_type='logits').eval()
+    logits_model.load_state_dict(model.state_dict())
+    with torch.no_grad():
+        (logits, ) = logits_model(x)
+        torch.testing.assert_close(logits, model.classify(x))
+    headless = tiny(num_classes=0).eval()
+    assert not any(k.startswith('head.') for k in headless.state_dict())
+    assert headless.classify(x).shape == (2, TINY['fc_channels'])
+
+
+# ------------------------------------------------------------------------------ bias resizing
+def test_bias_is_the_stored_parameter_at_the_stored_size():
+    model = tiny(pretrain_img_size=(64, 96))
+    for stage in model.stages:
+        assert stage.relative_pos_for(stage.query_grid, stage.key_grid) is stage.relative_pos
+    bias = torch.randn(2, 12, 6)
+    assert resize_relative_pos(bias, (3, 4), (2, 3), (3, 4), (2, 3)) is bias
+
+
+def _sample(fn, query_grid, key_grid):
+    """fn at pixel centres (align_corners=False convention), as a (1, Nq, Nk) bias."""
+    def centres(n):
+        return (torch.arange(n, dtype=torch.float64) + 0.5) / n
+    yq, xq, yk, xk = torch.meshgrid(centres(query_grid[0]), centres(query_grid[1]),
+                                    centres(key_grid[0]), centres(key_grid[1]), indexing='ij')
+    return fn(yq, xq, yk, xk).reshape(1, query_grid[0] * query_grid[1], -1)
+
+
+def test_bias_resizing_is_smooth():
+    def smooth(yq, xq, yk, xk):
+        return torch.sin(math.pi * yq) * torch.cos(math.pi * xk) + 0.5 * xq * yk
+
+    src_q, src_k, dst_q, dst_k = (16, 16), (8, 8), (24, 20), (12, 10)
+    stored = _sample(smooth, src_q, src_k)
+    truth = _sample(smooth, dst_q, dst_k)
+    resized = resize_relative_pos(stored, src_q, src_k, dst_q, dst_k)
+    assert resized.shape == truth.shape
+    err = (resized - truth).abs()
+    # Nearest-neighbour resizing as the yardstick of a non-smooth result.
+    nearest = stored.reshape(1, 16, 16, 8, 8).permute(0, 3, 4, 1, 2).reshape(1, 64, 16, 16)
+    nearest = F.interpolate(nearest, size=dst_q, mode='nearest').reshape(1, 8, 8, -1)
+    nearest = F.interpolate(nearest.permute(0, 3, 1, 2), size=dst_k, mode='nearest')
+    nearest = nearest.reshape(1, -1, 120)
+    nearest_err = (nearest - truth).abs()
+    assert err.mean() < 0.3 * nearest_err.mean()
+    assert err.max() < 0.1
+    # A constant bias stays constant.
+    const = torch.full((3, 256, 64), 0.7)
+    torch.testing.assert_close(resize_relative_pos(const, src_q, src_k, dst_q, dst_k),
+                               torch.full((3, 480, 120), 0.7))
+
+
+def test_bias_cache_eval_only_and_invalidated():
+    model = tiny().eval()
+    stage = model.stages[1]
+    grids = ((5, 7), (2, 2))
+    with torch.no_grad():
+        first = stage.relative_pos_for(*grids)
+        assert stage.relative_pos_for(*grids) is first  # cached
+        model.load_state_dict({**model.state_dict(),
+                               'stages.1.relative_pos': stage.relative_pos + 1.0})
+        updated = stage.relative_pos_for(*grids)
+    assert updated is not first
+    torch.testing.assert_close(updated, first + 1.0)
+    model.train()
+    assert not stage._bias_cache
+    resized = stage.relative_pos_for(*grids)
+    assert stage.relative_pos_for(*grids) is not resized  # no caching while training
+    resized.sum().backward()
+    assert stage.relative_pos.grad is not None and stage.relative_pos.grad.abs().sum() > 0
+
+
+def test_bias_cache_is_bounded():
+    model = tiny(bias_cache_size=2).eval()
+    with torch.no_grad():
+        for w in (64, 96, 128):
+            model(torch.randn(1, 3, 64, w))
+    assert all(len(stage._bias_cache) == 2 for stage in model.stages)
+
+
+# ------------------------------------------------------------------------------ checkpoints
+def _official_key(key):
+    """Our key -> official huawei-noah key (written from the official key list)."""
+    letters = 'abcd'
+    m = re.match(r'stem\.(\d)\.(conv|bn)\.(.*)', key)
+    if m:
+        kind = 'conv' if m.group(2) == 'conv' else 'norm'
+        return f'stem_{kind}{int(m.group(1)) + 1}.{m.group(3)}'
+    m = re.match(r'stages\.(\d)\.(.*)', key)
+    if m:
+        letter, rest = letters[int(m.group(1))], m.group(2)
+        if rest == 'relative_pos':
+            return f'relative_pos_{letter}'
+        if rest.startswith('patch_embed.'):
+            return f'patch_embed_{letter}.{rest[len("patch_embed."):]}'
+        j, rest = re.match(r'blocks\.(\d+)\.(.*)', rest).groups()
+        for ours, theirs in (('lpu.', 'proj.'), ('attn.sr.conv.', 'attn.sr.0.'),
+                             ('attn.sr.bn.', 'attn.sr.1.'), ('ffn.conv1.conv.', 'mlp.conv1.0.'),
+                             ('ffn.conv1.bn.', 'mlp.conv1.2.'), ('ffn.dwconv_bn.', 'mlp.proj_bn.'),
+                             ('ffn.dwconv.', 'mlp.proj.'), ('ffn.conv2.conv.', 'mlp.conv2.0.'),
+                             ('ffn.conv2.bn.', 'mlp.conv2.1.')):
+            if rest.startswith(ours):
+                rest = theirs + rest[len(ours):]
+                break
+        return f'blocks_{letter}.{j}.{rest}'
+    return key.replace('cls_proj.conv.', '_fc.').replace('cls_proj.bn.', '_bn.')
+
+
+def test_official_layout_round_trips(tmp_path):
+    src = randomize_bn(tiny())
+    official = {_official_key(k): v.clone() for k, v in src.state_dict().items()}
+    # Spot-check names against the official list.
+    for key in ('stem_conv1.weight', 'stem_norm3.running_var', 'patch_embed_d.norm.bias',
+                'relative_pos_c', 'blocks_a.0.proj.weight', 'blocks_a.0.attn.sr.0.weight',
+                'blocks_b.0.attn.sr.1.running_mean', 'blocks_c.0.mlp.conv1.2.weight',
+                'blocks_d.0.mlp.proj_bn.bias', 'blocks_d.0.mlp.conv2.1.weight',
+                'blocks_d.0.attn.q.bias', '_fc.weight', '_bn.running_mean', 'head.weight'):
+        assert key in official
+    assert 'blocks_d.0.attn.sr.0.weight' not in official  # sr_ratio 1: no reduction
+    path = tmp_path / 'cmt_official.pth'
+    torch.save({'model': official}, path)
+    loaded = tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    for key, value in src.state_dict().items():
+        assert torch.equal(loaded.state_dict()[key], value), key
+    x = torch.randn(1, 3, 64, 64)
+    with torch.no_grad():
+        torch.testing.assert_close(loaded.eval().classify(x), src.eval().classify(x))
+
+
+def test_own_checkpoints_bare_and_in_mmengine_wrapper(tmp_path):
+    src = randomize_bn(tiny())
+    bare, wrapped = tmp_path / 'bare.pth', tmp_path / 'epoch_1.pth'
+    torch.save(src.state_dict(), bare)
+    torch.save({'meta': {'epoch': 1}, 'state_dict': {
+        **{f'backbone.{k}': v for k, v in src.state_dict().items()},
+        'neck.conv.weight': torch.zeros(1)}}, wrapped)
+    for path, prefix in ((bare, None), (wrapped, None), (wrapped, 'backbone.')):
+        cfg = dict(type='Pretrained', checkpoint=str(path))
+        if prefix:
+            cfg['prefix'] = prefix
+        model = tiny(init_cfg=cfg)
+        for key, value in src.state_dict().items():
+            assert torch.equal(model.state_dict()[key], value), (path, key)
+
+
+@pytest.mark.parametrize('trained_at,stored_at', [(160, 224), (224, 160)])
+def test_checkpoint_at_another_resolution_is_resized_once(tmp_path, trained_at, stored_at):
+    src = tiny(pretrain_img_size=trained_at)
+    path = tmp_path / 'ckpt.pth'
+    torch.save(src.state_dict(), path)
+    model = tiny(pretrain_img_size=stored_at,
+                 init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    for i, (a, b) in enumerate(zip(src.stages, model.stages)):
+        expected = resize_relative_pos(a.relative_pos.detach(), a.query_grid, a.key_grid,
+                                       b.query_grid, b.key_grid)
+        torch.testing.assert_close(b.relative_pos.detach(), expected)
+        side = stored_at // STRIDES[i]
+        assert b.query_grid == (side, side)
+    # Every other tensor is loaded as is.
+    for key, value in src.state_dict().items():
+        if not key.endswith('relative_pos'):
+            assert torch.equal(model.state_dict()[key], value), key
+
+
+def test_different_num_classes_skips_head_with_a_warning(tmp_path):
+    src = tiny(num_classes=1000)
+    path = tmp_path / 'in1k.pth'
+    torch.save(src.state_dict(), path)
+    model = tiny(num_classes=3, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    assert model.head.weight.shape == (3, TINY['fc_channels'])
+    assert torch.equal(model.cls_proj.conv.weight, src.cls_proj.conv.weight)
+
+
+def test_checkpoint_errors(tmp_path):
+    with pytest.raises(CheckpointError, match=r'(?s)cmt_small\.pth.*github\.com/ggjy'):
+        tiny(init_cfg=dict(type='Pretrained', checkpoint=str(tmp_path / 'cmt_small.pth')))
+    src = CMT(arch={**TINY, 'embed_dims': [8, 16, 32, 72]}, pretrain_img_size=64)
+    path = tmp_path / 'wide.pth'
+    torch.save(src.state_dict(), path)
+    with pytest.raises(CheckpointError, match=r'stages\.3\..*\(72.*\(64'):
+        tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    odd = tiny(pretrain_img_size=(64, 96)).state_dict()
+    path = tmp_path / 'nonsquare.pth'
+    torch.save(odd, path)
+    with pytest.raises(CheckpointError, match='relative_pos.*not a square grid'):
+        tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+
+
+# ------------------------------------------------------------------------------ training modes
+def test_frozen_stages_and_norm_eval():
+    model = tiny(frozen_stages=1, out_norm_cfg=dict(type='LN'))
+    model.train()
+    for module in (model.stem, model.stages[0], model.out_norms['0']):
+        assert not module.training
+        assert all(not p.requires_grad for p in module.parameters())
+    assert model.stages[1].training
+    assert all(p.requires_grad for p in model.stages[1].parameters())
+    before = model.stem[0].bn.running_mean.clone()
+    model(torch.randn(2, 3, 64, 64))
+    assert torch.equal(model.stem[0].bn.running_mean, before)
+
+    model = tiny(norm_eval=True).train()
+    bns = [m for m in model.modules() if isinstance(m, torch.nn.BatchNorm2d)]
+    assert bns and all(not m.training for m in bns)
+    assert model.stages[3].blocks[0].norm1.training
+
+
+def test_with_cp_gives_the_same_gradients():
+    torch.manual_seed(0)
+    plain = tiny().train()
+    ckpt = tiny(with_cp=True).train()
+    ckpt.load_state_dict(plain.state_dict())
+    x = torch.randn(2, 3, 64, 80)
+    grads = []
+    for model in (plain, ckpt):
+        loss = sum(o.square().mean() for o in model(x))
+        loss.backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()
+                      if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and 'stages.0.relative_pos' in grads[0]
+    for name in grads[0]:
+        torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4)
+
+
+# ------------------------------------------------------------------------------ errors
+@pytest.mark.parametrize('kwargs,match', [
+    (dict(arch='l'), r"arch='l' is not supported; allowed: 'ti', 'xs', 's', 'b'"),
+    (dict(arch=dict(embed_dims=[8] * 4)), r"missing keys \['num_heads', 'depths'\]"),
+    (dict(arch={**TINY, 'width': 2}), r"unknown keys \['width'\]"),
+    (dict(arch={**TINY, 'depths': [1, 1, 1]}), r"arch\['depths'\] must hold 4"),
+    (dict(arch={**TINY, 'num_heads': [3, 2, 4, 8]}), 'divisible by num_heads'),
+    (dict(out_type='tokens'), r"out_type='tokens' is not supported; allowed: 'featmap'"),
+    (dict(out_indices=(0, 4)), r'out_indices contains 4.*allowed: 0\.\.3'),
+    (dict(frozen_stages=5), r'frozen_stages must be an int in -1\.\.4'),
+    (dict(num_classes=0, out_type='logits'), 'num_classes must be > 0'),
+    (dict(drop_path_rate=1.5), r'drop_path_rate must be in \[0, 1\)'),
+    (dict(pretrain_img_size=16), 'pretrain_img_size must be.*>= 32'),
+    (dict(init_cfg=dict(type='Pretrained')), 'needs checkpoint=PATH'),
+])
+def test_bad_options_raise_value_error(kwargs, match):
+    kwargs = {'arch': TINY, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        CMT(**kwargs)
+
+
+def test_bad_inputs_raise_value_error():
+    model = tiny().eval()
+    with pytest.raises(ValueError, match=r'at least 32x32.*got 31x64'):
+        model(torch.randn(1, 3, 31, 64))
+    with pytest.raises(ValueError, match=r'\(B, 3, H, W\).*\(1, 1, 64, 64\)'):
+        model(torch.randn(1, 1, 64, 64))
+
+
+# ------------------------------------------------------------------------------ OpenMMLab scopes
+def test_built_from_mmdet_registry_with_fpn():
+    from mmdet.registry import MODELS
+    backbone = MODELS.build(dict(type='CMT', arch=TINY, pretrain_img_size=64,
+                                 out_norm_cfg=dict(type='LN'))).eval()
+    neck = MODELS.build(dict(type='FPN', in_channels=backbone.out_channels, out_channels=16,
+                             num_outs=5)).eval()
+    with torch.no_grad():
+        feats = neck(backbone(torch.randn(1, 3, 97, 131)))
+    assert [tuple(f.shape[-2:]) for f in feats] == [(25, 33), (13, 17), (7, 9), (4, 5), (2, 3)]
+
+
+def test_built_from_mmseg_registry_in_encoder_decoder():
+    from mmseg.registry import MODELS
+    from mmseg.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    segmentor = MODELS.build(dict(
+        type='EncoderDecoder',
+        backbone=dict(type='CMT', arch=TINY, pretrain_img_size=64),
+        decode_head=dict(type='FPNHead', in_channels=TINY['embed_dims'], in_index=[0, 1, 2, 3],
+                         feature_strides=[4, 8, 16, 32], channels=8, num_classes=3,
+                         norm_cfg=dict(type='BN'), align_corners=False)))
+    assert type(segmentor.backbone).__name__ == 'CMT'
+    segmentor.eval()
+    with torch.no_grad():
+        logits = segmentor.encode_decode(torch.randn(1, 3, 96, 128),
+                                         [dict(img_shape=(96, 128))])
+    assert logits.shape == (1, 3, 96, 128)
+
+
+def test_mmpretrain_image_classifier_trains_on_logits():
+    from mmpretrain.registry import MODELS
+    from mmpretrain.structures import DataSample
+    from mmpretrain.utils import register_all_modules
+    register_all_modules(init_default_scope=False)
+    classifier = MODELS.build(dict(
+        type='ImageClassifier',
+        backbone=dict(type='CMT', arch=TINY, pretrain_img_size=64, num_classes=4,
+                      out_type='logits'),
+        neck=None,
+        head=dict(type='ClsHead', loss=dict(type='CrossEntropyLoss'))))
+    classifier.init_weights()
+    x = torch.randn(4, 3, 64, 64)
+    samples = [DataSample().set_gt_label(i % 4) for i in range(4)]
+    optim = torch.optim.SGD(classifier.parameters(), lr=0.05)
+    losses = []
+    for _ in range(3):
+        loss = classifier.loss(x, samples)['loss']
+        optim.zero_grad()
+        loss.backward()
+        optim.step()
+        losses.append(loss.item())
+    assert losses[-1] < losses[0]
+    classifier.eval()
+    with torch.no_grad():
+        preds = classifier.predict(x)
+        torch.testing.assert_close(preds[0].pred_score,
+                                   classifier.backbone.classify(x)[0].softmax(-1))
