@@ -7,8 +7,11 @@ scalars in the runtime info), so ``--resume`` fails.
 
 Rather than turning safe loading off (which would execute arbitrary pickled code from any
 downloaded ``.pth``), we allow-list exactly those types with ``torch.serialization.
-add_safe_globals``. Every file is still unpickled by the restricted unpickler; a checkpoint that
-carries any other object is refused as before.
+add_safe_globals``, and stop ``HistoryBuffer`` from pickling its default statistics methods
+(written as ``getattr(HistoryBuffer, 'mean')``; ``getattr`` must stay forbidden). Every file is
+still unpickled by the restricted unpickler; a checkpoint that carries any other object is refused
+as before. Checkpoints written by plain MMEngine (without ``import cvt_mm``) still contain the
+``getattr`` references and cannot be resumed safely; weights-only use of them is unaffected.
 """
 from __future__ import annotations
 
@@ -33,9 +36,28 @@ def _numpy_globals() -> list:
 MMENGINE_CHECKPOINT_GLOBALS = [HistoryBuffer, *_numpy_globals()]
 
 
+_DEFAULT_STATISTICS = ('min', 'max', 'current', 'mean')
+
+
+def _history_buffer_state(self) -> dict:
+    """``HistoryBuffer.__getstate__`` without MMEngine's default statistics methods.
+
+    MMEngine pickles its four default methods into every buffer, as
+    ``getattr(HistoryBuffer, 'min')`` and so on. Safe loading must refuse the ``getattr``
+    global, because it reaches any attribute of any allowed class. ``__setstate__``
+    re-registers the defaults anyway, so only custom methods need pickling.
+    """
+    state = {k: v for k, v in self.__dict__.items() if k != 'statistics_methods'}
+    custom = {k: v for k, v in self._statistics_methods.items() if k not in _DEFAULT_STATISTICS}
+    if custom:
+        state['statistics_methods'] = custom
+    return state
+
+
 def allow_mmengine_checkpoints() -> None:
     """Allow-list the types MMEngine writes into its own checkpoints (idempotent)."""
     torch.serialization.add_safe_globals(MMENGINE_CHECKPOINT_GLOBALS)
+    HistoryBuffer.__getstate__ = _history_buffer_state
 
 
 allow_mmengine_checkpoints()
