@@ -61,6 +61,10 @@ def _ln(x, sd, key):
     return F.layer_norm(x, x.shape[-1:], sd[key + '.weight'], sd[key + '.bias'], 1e-5)
 
 
+def _linear(x, sd, key):
+    return F.linear(x, sd[key + '.weight'], sd[key + '.bias'])
+
+
 def _dw_bn(fmap, sd, key, stride):
     y = F.conv2d(fmap, sd[key + '.conv.weight'], stride=stride, padding=1, groups=fmap.shape[1])
     y = F.batch_norm(y, sd[key + '.bn.running_mean'], sd[key + '.bn.running_var'],
@@ -86,21 +90,21 @@ def official_classify(sd, x, num_heads):
             fmap = y[:, n_cls:].transpose(1, 2).reshape(b, c, h, w)
             qkv = []
             for name, stride in (('q', 1), ('k', 2), ('v', 2)):
-                z = torch.cat([y[:, :n_cls], _dw_bn(fmap, sd, f'{blk}attn.conv_proj_{name}', stride)], 1)
-                z = F.linear(z, sd[f'{blk}attn.proj_{name}.weight'], sd[f'{blk}attn.proj_{name}.bias'])
+                z = _dw_bn(fmap, sd, f'{blk}attn.conv_proj_{name}', stride)
+                z = _linear(torch.cat([y[:, :n_cls], z], 1), sd, f'{blk}attn.proj_{name}')
                 qkv.append(z.reshape(b, z.shape[1], num_heads[i], -1).transpose(1, 2))
             q, kk, v = qkv
             attn = (torch.einsum('bhlk,bhtk->bhlt', q, kk) * c ** -0.5).softmax(-1)
             o = torch.einsum('bhlt,bhtv->bhlv', attn, v).transpose(1, 2).reshape(b, -1, c)
-            t = t + F.linear(o, sd[blk + 'attn.proj.weight'], sd[blk + 'attn.proj.bias'])
-            y = F.linear(_ln(t, sd, blk + 'norm2'), sd[blk + 'mlp.fc1.weight'], sd[blk + 'mlp.fc1.bias'])
+            t = t + _linear(o, sd, blk + 'attn.proj')
+            y = _linear(_ln(t, sd, blk + 'norm2'), sd, blk + 'mlp.fc1')
             y = y * torch.sigmoid(1.702 * y)
-            t = t + F.linear(y, sd[blk + 'mlp.fc2.weight'], sd[blk + 'mlp.fc2.bias'])
+            t = t + _linear(y, sd, blk + 'mlp.fc2')
             j += 1
         if n_cls:
             cls = t[:, :1]
         x = t[:, n_cls:].transpose(1, 2).reshape(b, c, h, w)
-    return F.linear(_ln(cls[:, 0], sd, 'norm'), sd['head.weight'], sd['head.bias'])
+    return _linear(_ln(cls[:, 0], sd, 'norm'), sd, 'head')
 
 
 def to_official(sd):

@@ -23,11 +23,11 @@ from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.model import BaseModule
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..registry import MODELS
-from .layers import (FP32LayerNorm, QuickGELU, attention, check_choice, check_indices,
-                     nchw_to_nlc, nlc_to_nchw, trunc_normal_init_)
+from .layers import (FP32LayerNorm, QuickGELU, attention, batchnorm_eval, check_choice,
+                     check_indices, freeze_modules, nchw_to_nlc, nlc_to_nchw,
+                     trunc_normal_init_)
 from .weights import load_pretrained
 
 ARCH_SETTINGS = {
@@ -297,7 +297,7 @@ class CvT(BaseModule):
                 str(i): build_norm_layer(out_norm_cfg, self.embed_dims[i])[1]
                 for i in self.out_indices
             })
-        self._freeze_stages()
+        freeze_modules(self._frozen_modules())
 
     @property
     def out_channels(self) -> List[int]:
@@ -375,17 +375,9 @@ class CvT(BaseModule):
                         if str(i) in self.out_norms]
         return modules
 
-    def _freeze_stages(self) -> None:
-        for module in self._frozen_modules():
-            module.eval()
-            for param in module.parameters():
-                param.requires_grad = False
-
     def train(self, mode: bool = True):
         super().train(mode)
-        self._freeze_stages()
+        freeze_modules(self._frozen_modules())
         if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
+            batchnorm_eval(self)
         return self

@@ -7,6 +7,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
 
 # Above this many score elements per call (batch x heads x queries x keys) the attention is
 # evaluated in query chunks, so no backend (CPU math fallback, autograd) ever holds the full
@@ -133,6 +134,21 @@ def check_indices(name: str, indices, num_stages: int) -> tuple:
     if len(set(out)) != len(out):
         raise ValueError(f'{name}={indices!r} repeats a stage')
     return tuple(out)
+
+
+def freeze_modules(modules: Sequence[nn.Module]) -> None:
+    """``frozen_stages``: eval mode (BatchNorm statistics included) and no gradients."""
+    for module in modules:
+        module.eval()
+        for param in module.parameters():
+            param.requires_grad = False
+
+
+def batchnorm_eval(model: nn.Module) -> None:
+    """``norm_eval``: every BatchNorm in eval mode, so its pretrained statistics stay."""
+    for m in model.modules():
+        if isinstance(m, _BatchNorm):
+            m.eval()
 
 
 def trunc_normal_init_(module: nn.Module, std: float = 0.02) -> None:
