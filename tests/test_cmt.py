@@ -238,6 +238,71 @@ def test_official_layout_round_trips(tmp_path):
         torch.testing.assert_close(loaded.eval().classify(x), src.eval().classify(x))
 
 
+def official_logits(sd, x, depths, num_heads, sr_ratios):
+    """The official CMT forward restated functionally on official keys (from the paper and
+    the key list: stem conv-GELU-BN x3; per stage k2/s2 conv + LN(1e-5); blocks of
+    LPU, LN(1e-6) + LMHSA with relative_pos, LN(1e-6) + IRFFN; conv-BN-Swish, pool, head)."""
+    def bn(t, p):
+        return F.batch_norm(t, sd[p + '.running_mean'], sd[p + '.running_var'],
+                            sd[p + '.weight'], sd[p + '.bias'], False, 0.0, 1e-5)
+
+    def conv(t, p, **kw):
+        return F.conv2d(t, sd[p + '.weight'], sd[p + '.bias'], **kw)
+
+    def ln(t, p, eps):
+        return F.layer_norm(t, t.shape[-1:], sd[p + '.weight'], sd[p + '.bias'], eps)
+
+    def lin(t, p):
+        return F.linear(t, sd[p + '.weight'], sd[p + '.bias'])
+
+    def split(t, h):
+        return t.reshape(t.shape[0], t.shape[1], h, -1).transpose(1, 2)
+
+    for n in (1, 2, 3):
+        x = bn(F.gelu(conv(x, f'stem_conv{n}', stride=2 if n == 1 else 1, padding=1)),
+               f'stem_norm{n}')
+    for i, letter in enumerate('abcd'):
+        x = conv(x, f'patch_embed_{letter}.proj', stride=2)
+        b, c, h, w = x.shape
+        tokens = ln(x.flatten(2).transpose(1, 2), f'patch_embed_{letter}.norm', 1e-5)
+        for j in range(depths[i]):
+            p = f'blocks_{letter}.{j}.'
+            fmap = tokens.transpose(1, 2).reshape(b, c, h, w)
+            tokens = (conv(fmap, p + 'proj', padding=1, groups=c) + fmap).flatten(2)
+            tokens = tokens.transpose(1, 2)
+            a = ln(tokens, p + 'norm1', 1e-6)
+            kv = a
+            if sr_ratios[i] > 1:
+                red = conv(a.transpose(1, 2).reshape(b, c, h, w), p + 'attn.sr.0',
+                           stride=sr_ratios[i], groups=c)
+                kv = bn(red, p + 'attn.sr.1').flatten(2).transpose(1, 2)
+            q, k, v = (split(lin(t, p + 'attn.' + n), num_heads[i])
+                       for t, n in ((a, 'q'), (kv, 'k'), (kv, 'v')))
+            scores = q @ k.transpose(-2, -1) * (c // num_heads[i]) ** -0.5
+            attn = (scores + sd[f'relative_pos_{letter}']).softmax(-1)
+            tokens = tokens + lin((attn @ v).transpose(1, 2).reshape(b, h * w, c),
+                                  p + 'attn.proj')
+            f = ln(tokens, p + 'norm2', 1e-6).transpose(1, 2).reshape(b, c, h, w)
+            f = bn(F.gelu(conv(f, p + 'mlp.conv1.0')), p + 'mlp.conv1.2')
+            f = bn(F.gelu(conv(f, p + 'mlp.proj', padding=1, groups=f.shape[1]) + f),
+                   p + 'mlp.proj_bn')
+            f = bn(conv(f, p + 'mlp.conv2.0'), p + 'mlp.conv2.1')
+            tokens = tokens + f.flatten(2).transpose(1, 2)
+        x = tokens.transpose(1, 2).reshape(b, c, h, w)
+    x = bn(conv(x, '_fc'), '_bn')
+    return lin((x * torch.sigmoid(x)).mean((2, 3)), 'head')
+
+
+def test_forward_matches_official_restatement():
+    model = randomize_bn(tiny(use_sdpa=True)).eval()
+    official = {_official_key(k): v for k, v in model.state_dict().items()}
+    x = torch.randn(2, 3, 64, 64)
+    with torch.no_grad():
+        expected = official_logits(official, x, TINY['depths'], TINY['num_heads'],
+                                   (8, 4, 2, 1))
+        torch.testing.assert_close(model.classify(x), expected, atol=1e-5, rtol=1e-4)
+
+
 def test_own_checkpoints_bare_and_in_mmengine_wrapper(tmp_path):
     src = randomize_bn(tiny())
     bare, wrapped = tmp_path / 'bare.pth', tmp_path / 'epoch_1.pth'
