@@ -192,10 +192,9 @@ def test_cvt13_at_224_has_the_official_stage_shapes():
     model = CvT(arch='13').eval()
     with torch.no_grad():
         outs = model(torch.randn(1, 3, 224, 224))
-        logits = model.classify(torch.randn(1, 3, 224, 224))
     assert [tuple(o.shape) for o in outs] == [(1, 64, 56, 56), (1, 192, 28, 28),
                                               (1, 384, 14, 14)]
-    assert logits.shape == (1, 1000)
+    assert model.head.out_features == 1000
 
 
 @pytest.mark.parametrize('arch,millions', [('13', 19.997), ('21', 31.623), ('w24', 277.196)])
@@ -203,6 +202,19 @@ def test_parameter_counts_match_the_official_models(arch, millions):
     with torch.device('meta'):
         model = CvT(arch=arch)
     assert round(sum(p.numel() for p in model.parameters()) / 1e6, 3) == millions
+
+
+def test_drop_path_follows_the_official_recipe():
+    with torch.device('meta'):
+        model = CvT(arch='13')  # drop_path_rate=0.1: 0 / 0 / 0.1, linear within the stage
+        per_stage = CvT(arch=TINY, drop_path_rate=[0.2, 0.0, 0.4])
+
+    def rates(m, stage):
+        return [getattr(b.drop_path, 'drop_prob', 0.0) for b in m.stages[stage].blocks]
+
+    assert rates(model, 0) == [0.0] and rates(model, 1) == [0.0, 0.0]
+    assert rates(model, 2) == pytest.approx([0.1 * j / 9 for j in range(10)])
+    assert rates(per_stage, 0) == [0.0] and rates(per_stage, 2) == pytest.approx([0.0, 0.4])
 
 
 def test_out_indices_order_and_out_norms(source):
