@@ -47,6 +47,17 @@ def test_official_parameter_counts(arch, millions):
     assert round(count / 1e6, 3) == millions
 
 
+def test_default_init_keeps_activations_bounded():
+    """The official conv init (fan_out over all output channels, also for depth-wise convs)
+    keeps CMT-Ti's 16 residual blocks from amplifying the input at initialisation."""
+    torch.manual_seed(0)
+    model = CMT(arch='ti', drop_path_rate=0.0)
+    model.init_weights()
+    with torch.no_grad():
+        outs = model.eval()(torch.randn(1, 3, 64, 64))
+    assert max(o.abs().max().item() for o in outs) < 100
+
+
 @pytest.mark.parametrize('size', [(160, 160), (224, 224), (97, 131), (320, 480)])
 def test_pyramid_shapes_at_any_size(size):
     model = tiny().eval()

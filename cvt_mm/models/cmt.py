@@ -63,6 +63,12 @@ def _ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
+    """Zero-pad an NCHW map at the bottom/right so both sides divide ``multiple``."""
+    pad_h, pad_w = (-x.shape[-2]) % multiple, (-x.shape[-1]) % multiple
+    return F.pad(x, (0, pad_w, 0, pad_h)) if pad_h or pad_w else x
+
+
 def stage_grids(img_size: Grid, sr_ratios: Sequence[int]) -> list:
     """``[(query_grid, key_grid), ...]`` per stage for an input of ``img_size`` (see the size
     rules in the module doc)."""
@@ -150,8 +156,7 @@ class PatchEmbed(nn.Module):
         self.norm = nn.LayerNorm(embed_dims, eps=1e-5)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Grid]:
-        x = F.pad(x, (0, x.shape[-1] % 2, 0, x.shape[-2] % 2))
-        x = self.proj(x)
+        x = self.proj(pad_to_multiple(x, 2))
         hw = (x.shape[-2], x.shape[-1])
         return self.norm(nchw_to_nlc(x)), hw
 
@@ -181,9 +186,7 @@ class LMHSA(nn.Module):
         b, n, c = x.shape
         kv = x
         if self.sr_ratio > 1:
-            fmap = nlc_to_nchw(x, hw)
-            fmap = F.pad(fmap, (0, (-hw[1]) % self.sr_ratio, 0, (-hw[0]) % self.sr_ratio))
-            kv = nchw_to_nlc(self.sr(fmap))
+            kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
         q, k, v = self._heads(self.q(x)), self._heads(self.k(kv)), self._heads(self.v(kv))
         out = attention(q, k, v, self.scale, bias=bias.to(q.dtype), use_sdpa=self.use_sdpa)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))
@@ -429,6 +432,12 @@ class CMT(BaseModule):
             super().init_weights()
         else:
             trunc_normal_init_(self)
+            for m in self.modules():
+                if isinstance(m, nn.Conv2d):
+                    # The official init: PyTorch's fan_out counts every output channel even
+                    # in depth-wise convs, which keeps the residual LPU/IRFFN branches small;
+                    # a per-group fan_out makes 25+ residual convs blow activations up.
+                    nn.init.kaiming_normal_(m.weight, mode='fan_out')
             for stage in self.stages:
                 nn.init.normal_(stage.relative_pos)
             self._is_init = True
