@@ -1,0 +1,61 @@
+# The README's demo: configs/mask_rcnn_cvt13_coco.py trained from scratch on the shapes data
+# of tools/make_demo_data.py, on a CPU in minutes. Only data, scale and schedule shrink; the
+# model (CvT-13 + 5-level FPN + Mask R-CNN heads) is the real one.
+_base_ = '../mask_rcnn_cvt13_coco.py'
+
+data_root = 'data/demo/coco/'
+classes = ('circle', 'square', 'triangle')
+image_scale = (256, 256)
+
+model = dict(
+    # From scratch: the demo needs no download.
+    backbone=dict(init_cfg=None),
+    roi_head=dict(bbox_head=dict(num_classes=len(classes)),
+                  mask_head=dict(num_classes=len(classes))),
+    # A 256px image holds at most a few objects: far fewer proposals and sampled RoIs do.
+    train_cfg=dict(rpn_proposal=dict(nms_pre=500, max_per_img=300),
+                   rcnn=dict(sampler=dict(num=128))),
+    test_cfg=dict(rpn=dict(nms_pre=300, max_per_img=100), rcnn=dict(max_per_img=20)))
+
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='RandomFlip', prob=0.5),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=image_scale, keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+train_dataloader = dict(
+    batch_size=4, num_workers=1,
+    dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
+                 ann_file='annotations/instances_train2017.json',
+                 data_prefix=dict(img='train2017/'), pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=4, num_workers=1,
+    dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
+                 ann_file='annotations/instances_val2017.json',
+                 data_prefix=dict(img='val2017/'), pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+
+max_epochs = 8
+train_cfg = dict(max_epochs=max_epochs, val_interval=max_epochs)
+param_scheduler = [
+    dict(type='LinearLR', start_factor=0.01, by_epoch=False, begin=0, end=50),
+    dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[6],
+         gamma=0.1),
+]
+# From scratch and with few steps, a higher LR than fine-tuning's 1e-4.
+optim_wrapper = dict(optimizer=dict(lr=4e-4))
+default_hooks = dict(
+    logger=dict(interval=10),
+    checkpoint=dict(interval=max_epochs, max_keep_ckpts=1),
+    # Pictures of predictions (`tools/test.py --show-dir`) show only confident boxes.
+    visualization=dict(score_thr=0.5))

@@ -1,0 +1,6 @@
+# UperNet with CvT-21 on ADE20K (160k): the CvT-13 recipe with the deeper backbone.
+_base_ = './upernet_cvt13_ade20k.py'
+
+pretrained = 'checkpoints/CvT-21-224x224-IN-1k.pth'
+model = dict(
+    backbone=dict(arch='21', init_cfg=dict(type='Pretrained', checkpoint=pretrained)))

@@ -1,0 +1,45 @@
+"""What tools/train.py and tools/test.py share: turning launcher flags into MMEngine config
+and making PyTorch distributed work on CPU-only machines.
+
+MMEngine's ``pytorch`` launcher calls ``torch.cuda.set_device`` and defaults to NCCL, and its
+DDP wrapper passes ``device_ids=[LOCAL_RANK]``; all three fail without a GPU. On such a machine
+we start the same ``torch.distributed`` process group with the gloo backend ourselves (MMEngine
+then sees it initialised and skips its own init) and wrap the model in MMEngine's DDP with
+``device_ids=None``, which is how PyTorch wants CPU modules wrapped.
+"""
+import os
+
+import torch
+import torch.distributed as torch_dist
+from mmengine.config import ConfigDict
+
+
+def set_local_rank_env(local_rank: int) -> None:
+    # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK itself.
+    if 'LOCAL_RANK' not in os.environ:
+        os.environ['LOCAL_RANK'] = str(local_rank)
+
+
+def prepare_cpu_distributed(cfg, launcher: str) -> None:
+    """Set up gloo + CPU DDP when a distributed launcher is used on a machine without CUDA."""
+    if launcher == 'none' or torch.cuda.is_available():
+        return
+    if launcher != 'pytorch':
+        raise ValueError(f'--launcher {launcher} needs GPUs; on a CPU-only machine use '
+                         '--launcher pytorch (tools/dist_train.sh) or none')
+    if not torch_dist.is_initialized():
+        torch_dist.init_process_group(backend='gloo')
+    wrapper = cfg.get('model_wrapper_cfg') or ConfigDict(
+        type='MMDistributedDataParallel', broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+    wrapper['device_ids'] = None
+    cfg.model_wrapper_cfg = wrapper
+
+
+def build_runner(cfg):
+    """``Runner.from_cfg`` unless the config names its own ``runner_type``."""
+    from mmengine.registry import RUNNERS
+    from mmengine.runner import Runner
+    if 'runner_type' in cfg:
+        return RUNNERS.build(cfg)
+    return Runner.from_cfg(cfg)

@@ -1,0 +1,173 @@
+"""Write small, learnable datasets in the real COCO-instances and ADE20K layouts.
+
+Each image shows a few coloured shapes (circle, square, triangle; random colour, size and
+rotation, never overlapping) on a textured background. Every object is a polygon; its pixels
+are painted from the same rasterisation pycocotools uses to decode the polygon, so the
+annotated masks are exact. Everything is deterministic given ``--seed``.
+
+    python tools/make_demo_data.py --out data/demo          # both datasets
+    python tools/make_demo_data.py --out data/demo --coco-train 200 --size 256
+
+Layouts written under ``--out``:
+
+    coco/annotations/instances_{train,val}2017.json, coco/{train,val}2017/*.jpg
+    ade/images/{training,validation}/*.jpg, ade/annotations/{training,validation}/*.png
+
+The ADE20K-style label maps follow ADE's reduce-zero-label convention: 0 = unlabelled
+(a thin band around each object, ignored by training and evaluation), k >= 1 = class k - 1.
+"""
+import argparse
+import json
+import math
+import os
+import os.path as osp
+
+import numpy as np
+from PIL import Image, ImageFilter
+from pycocotools import mask as mask_utils
+
+SHAPES = ('circle', 'square', 'triangle')
+# Classes of the segmentation set, in label-map order (value k + 1 in the PNGs).
+SEG_CLASSES = ('background', ) + SHAPES
+SEG_PALETTE = [[120, 120, 120], [220, 20, 60], [0, 130, 230], [250, 170, 30]]
+CIRCLE_VERTICES = 48
+
+
+def textured_background(rng: np.random.Generator, size: int) -> np.ndarray:
+    """Smooth colour noise plus faint stripes: clutter a detector must learn to ignore."""
+    coarse = rng.uniform(60, 190, size=(size // 16 + 1, size // 16 + 1, 3)).astype(np.uint8)
+    base = np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC), np.float32)
+    yy, xx = np.mgrid[0:size, 0:size]
+    angle = rng.uniform(0, math.pi)
+    stripes = 12 * np.sin((xx * math.cos(angle) + yy * math.sin(angle)) / rng.uniform(3, 8))
+    noise = rng.normal(0, 8, size=(size, size, 3))
+    return np.clip(base + stripes[..., None] + noise, 0, 255)
+
+
+def shape_polygon(kind: str, cx: float, cy: float, radius: float, angle: float) -> list:
+    """Flat [x0, y0, x1, y1, ...] polygon of a shape inscribed in a circle of ``radius``."""
+    corners = {'circle': CIRCLE_VERTICES, 'square': 4, 'triangle': 3}[kind]
+    points = []
+    for i in range(corners):
+        a = angle + 2 * math.pi * i / corners
+        points += [cx + radius * math.cos(a), cy + radius * math.sin(a)]
+    return points
+
+
+def rasterise(polygon: list, size: int) -> np.ndarray:
+    rle = mask_utils.merge(mask_utils.frPyObjects([polygon], size, size))
+    return mask_utils.decode(rle).astype(bool)
+
+
+def random_objects(rng: np.random.Generator, size: int, max_objects: int) -> list:
+    """Non-overlapping (kind, polygon, mask) triples, 12%-40% of the image side across."""
+    objects, occupied = [], np.zeros((size, size), bool)
+    for _ in range(int(rng.integers(1, max_objects + 1))):
+        for _attempt in range(20):
+            kind = SHAPES[int(rng.integers(len(SHAPES)))]
+            radius = rng.uniform(0.06, 0.2) * size
+            cx, cy = rng.uniform(radius, size - radius, size=2)
+            polygon = shape_polygon(kind, cx, cy, radius, rng.uniform(0, 2 * math.pi))
+            mask = rasterise(polygon, size)
+            if mask.any() and not (mask & occupied).any():
+                objects.append((kind, polygon, mask))
+                occupied |= mask
+                break
+    return objects
+
+
+def draw(rng: np.random.Generator, size: int, objects: list) -> np.ndarray:
+    image = textured_background(rng, size)
+    for _kind, _polygon, mask in objects:
+        colour = rng.uniform(0, 255, size=3)
+        colour[int(rng.integers(3))] = rng.choice([15.0, 245.0])  # saturated, off the bg tones
+        shading = rng.normal(0, 6, size=(int(mask.sum()), 3))
+        image[mask] = np.clip(colour + shading, 0, 255)
+    return image.astype(np.uint8)
+
+
+def write_coco(out: str, split: str, num_images: int, size: int, max_objects: int,
+               rng: np.random.Generator) -> None:
+    img_dir = osp.join(out, f'{split}2017')
+    os.makedirs(img_dir, exist_ok=True)
+    os.makedirs(osp.join(out, 'annotations'), exist_ok=True)
+    images, annotations = [], []
+    for image_id in range(1, num_images + 1):
+        objects = random_objects(rng, size, max_objects)
+        file_name = f'{image_id:012d}.jpg'
+        Image.fromarray(draw(rng, size, objects)).save(osp.join(img_dir, file_name), quality=95)
+        images.append(dict(id=image_id, file_name=file_name, height=size, width=size))
+        for kind, polygon, mask in objects:
+            ys, xs = np.nonzero(mask)
+            x0, y0 = float(xs.min()), float(ys.min())
+            annotations.append(dict(
+                id=len(annotations) + 1, image_id=image_id,
+                category_id=SHAPES.index(kind) + 1, segmentation=[polygon],
+                area=float(mask.sum()), iscrowd=0,
+                bbox=[x0, y0, float(xs.max()) + 1 - x0, float(ys.max()) + 1 - y0]))
+    categories = [dict(id=i + 1, name=name, supercategory='shape')
+                  for i, name in enumerate(SHAPES)]
+    with open(osp.join(out, 'annotations', f'instances_{split}2017.json'), 'w') as f:
+        json.dump(dict(images=images, annotations=annotations, categories=categories), f)
+
+
+def write_ade(out: str, split: str, num_images: int, size: int, max_objects: int,
+              rng: np.random.Generator) -> None:
+    img_dir = osp.join(out, 'images', split)
+    ann_dir = osp.join(out, 'annotations', split)
+    os.makedirs(img_dir, exist_ok=True)
+    os.makedirs(ann_dir, exist_ok=True)
+    for index in range(1, num_images + 1):
+        objects = random_objects(rng, size, max_objects)
+        label = np.full((size, size), SEG_CLASSES.index('background') + 1, np.uint8)
+        for kind, _polygon, mask in objects:
+            grown = np.asarray(Image.fromarray(mask.astype(np.uint8) * 255)
+                               .filter(ImageFilter.MaxFilter(5))) > 0
+            label[grown & ~mask] = 0
+            label[mask] = SEG_CLASSES.index(kind) + 1
+        name = f'ADE_{split}_{index:08d}'
+        Image.fromarray(draw(rng, size, objects)).save(osp.join(img_dir, name + '.jpg'),
+                                                       quality=95)
+        Image.fromarray(label).save(osp.join(ann_dir, name + '.png'))
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--out', default='data/demo', help='output root')
+    parser.add_argument('--size', type=int, default=256, help='image side in pixels')
+    parser.add_argument('--coco-train', type=int, default=240, help='COCO train images')
+    parser.add_argument('--coco-val', type=int, default=40, help='COCO val images')
+    parser.add_argument('--ade-train', type=int, default=120, help='ADE train images')
+    parser.add_argument('--ade-val', type=int, default=20, help='ADE val images')
+    parser.add_argument('--max-objects', type=int, default=4, help='objects per image, at most')
+    parser.add_argument('--seed', type=int, default=0)
+    args = parser.parse_args(argv)
+    if args.size < 64:
+        raise ValueError(f'--size must be >= 64 pixels, got {args.size}')
+    if args.max_objects < 1:
+        raise ValueError(f'--max-objects must be >= 1, got {args.max_objects}')
+    for name in ('coco_train', 'coco_val', 'ade_train', 'ade_val'):
+        if getattr(args, name) < 0:
+            raise ValueError(f'--{name.replace("_", "-")} must be >= 0, '
+                             f'got {getattr(args, name)}')
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    # One generator per split, so changing one split's size leaves the others unchanged.
+    seeds = np.random.SeedSequence(args.seed).spawn(4)
+    jobs = [(write_coco, osp.join(args.out, 'coco'), 'train', args.coco_train),
+            (write_coco, osp.join(args.out, 'coco'), 'val', args.coco_val),
+            (write_ade, osp.join(args.out, 'ade'), 'training', args.ade_train),
+            (write_ade, osp.join(args.out, 'ade'), 'validation', args.ade_val)]
+    for (writer, root, split, count), seed in zip(jobs, seeds):
+        if count:
+            writer(root, split, count, args.size, args.max_objects, np.random.default_rng(seed))
+    print(f'wrote COCO ({args.coco_train} train / {args.coco_val} val) and ADE20K '
+          f'({args.ade_train} train / {args.ade_val} val) layouts of {args.size}px images '
+          f'under {args.out}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,71 @@
+"""Train a detector, segmentor or classifier from an MMEngine config (MMDetection's flags).
+
+    python tools/train.py configs/mask_rcnn_cvt13_coco.py
+    bash tools/dist_train.sh configs/upernet_cvt13_ade20k.py 8
+"""
+import argparse
+import os.path as osp
+
+from mmengine.config import Config, DictAction
+
+import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely on resume)
+from launch_utils import build_runner, prepare_cpu_distributed, set_local_rank_env
+
+
+def parse_args(argv=None):
+    parser = argparse.ArgumentParser(description='Train a model from a config')
+    parser.add_argument('config', help='train config file path')
+    parser.add_argument('--work-dir', help='where logs and checkpoints go '
+                        '(default: ./work_dirs/<config name>)')
+    parser.add_argument('--amp', action='store_true',
+                        help='automatic mixed precision (AmpOptimWrapper, dynamic loss scale)')
+    parser.add_argument('--auto-scale-lr', action='store_true',
+                        help='scale the LR by (GPUs x batch per GPU) / auto_scale_lr.base_batch_size')
+    parser.add_argument('--resume', nargs='?', type=str, const='auto',
+                        help='resume from this checkpoint, or without a value from the latest '
+                        'checkpoint in the work dir')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries, e.g. train_cfg.max_epochs=1')
+    parser.add_argument('--launcher', choices=['none', 'pytorch', 'slurm', 'mpi'],
+                        default='none', help='job launcher')
+    parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
+    args = parser.parse_args(argv)
+    set_local_rank_env(args.local_rank)
+    return args
+
+
+def main(argv=None):
+    args = parse_args(argv)
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+
+    if args.amp:
+        cfg.optim_wrapper.type = 'AmpOptimWrapper'
+        cfg.optim_wrapper.loss_scale = 'dynamic'
+
+    if args.auto_scale_lr:
+        if 'base_batch_size' not in cfg.get('auto_scale_lr', {}):
+            raise ValueError(f'--auto-scale-lr: {args.config} has no '
+                             'auto_scale_lr=dict(base_batch_size=...); add one to use the flag')
+        cfg.auto_scale_lr.enable = True
+
+    if args.resume == 'auto':
+        cfg.resume = True
+        cfg.load_from = None
+    elif args.resume is not None:
+        cfg.resume = True
+        cfg.load_from = args.resume
+
+    prepare_cpu_distributed(cfg, args.launcher)
+    build_runner(cfg).train()
+
+
+if __name__ == '__main__':
+    main()
