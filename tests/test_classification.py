@@ -124,6 +124,9 @@ def tiny_config(name, data_root, work_dir):
 
 
 def _dump(cfg, path):
+    """Write ``cfg`` for the tools. Each run's file gets its own name: MMEngine names a run's
+    logger and visualizer after the config file and the second it starts, and reuses them
+    when two runs share that name."""
     cfg.dump(str(path))
     return str(path)
 
@@ -141,7 +144,7 @@ def trained(imagenet_root, tmp_path_factory):
     for name in ('imagenet_cvt13_300e_in1k.py', 'imagenet_cmt_ti_800e_in1k.py'):
         work_dir = tmp_path_factory.mktemp(name[:-3])
         cfg = tiny_config(name, imagenet_root, work_dir)
-        train_tool.main([_dump(cfg, work_dir / 'config.py')])
+        train_tool.main([_dump(cfg, work_dir / name)])
         runs[name] = str(work_dir)
     return runs
 
@@ -224,7 +227,7 @@ def test_train_full_pipeline_then_evaluate(trained, name):
 
 def test_amp_flag_builds_amp_optim_wrapper(trained, imagenet_root, tmp_path):
     config = _dump(tiny_config('imagenet_cvt13_300e_in1k.py', imagenet_root, tmp_path),
-                   tmp_path / 'config.py')
+                   tmp_path / 'amp_cvt13.py')
     if torch.cuda.is_available():
         train_tool.main([config, '--amp'])
         ckpt = read_checkpoint(str(tmp_path / 'epoch_1.pth'))
@@ -355,7 +358,7 @@ def test_official_checkpoint_evaluates_like_classify(official_cvt13, imagenet_ro
     extract_tool.main([official_cvt13, clf_ckpt, '--add-prefix', 'backbone.'])
     cfg = tiny_config('imagenet_cvt13_300e_in1k.py', imagenet_root, tmp_path / 'work')
     preds_file = str(tmp_path / 'preds.pkl')
-    test_tool.main([_dump(cfg, tmp_path / 'config.py'), clf_ckpt, '--out', preds_file])
+    test_tool.main([_dump(cfg, tmp_path / 'official_cvt13.py'), clf_ckpt, '--out', preds_file])
 
     # The reference: the backbone loading the official file itself, on the config's test
     # pipeline and data preprocessor.
