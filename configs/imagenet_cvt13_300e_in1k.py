@@ -1,11 +1,12 @@
 # CvT-13 ImageNet-1k pretraining with MMPretrain, following the official recipe:
 #   microsoft/CvT experiments/imagenet/cvt/cvt-13-224x224.yaml, launched as
-#   `bash run.sh -g 8 -t train --cfg ...` (README): 8 GPUs x 256 = 2048 images per step;
-#   AdamW, LR 0.00025 per GPU x 8 GPUs (TRAIN.SCALE_LR) = 2e-3, weight decay 0.05, 300 epochs,
-#   timm cosine schedule with 5 warm-up epochs from 1e-6 and min LR 1e-5; timm augmentation
-#   (bicubic RandomResizedCrop + flip, RandAugment rand-m9-mstd0.5-inc1, random erasing 0.25
-#   pixel mode), Mixup 0.8 / CutMix 1.0, label smoothing 0.1, stochastic depth 0 / 0 / 0.1,
-#   no EMA, no gradient clipping, AMP (here: tools/train.py --amp).
+#   `bash run.sh -g 8 -t train --cfg ...` (README), and the paper (Sec. 4.1: total batch 2048,
+#   300 epochs): AdamW with LR 0.00025 per GPU scaled by the GPU count (TRAIN.SCALE_LR,
+#   lib/config/default.py) = 2e-3 on 8 GPUs x 256, weight decay 0.05, timm cosine schedule with
+#   5 warm-up epochs from 1e-6 and min LR 1e-5; timm augmentation (bicubic RandomResizedCrop +
+#   flip, RandAugment rand-m9-mstd0.5-inc1, random erasing 0.25 pixel mode), Mixup 0.8 /
+#   CutMix 1.0, label smoothing 0.1, stochastic depth 0 / 0 / 0.1, no EMA, no gradient
+#   clipping, AMP (here: tools/train.py --amp).
 #   Test: resize the short side to 224 / 0.875 = 256 (bicubic), center crop 224.
 #   No weight decay on BatchNorm, LayerNorm and biases (WITHOUT_WD_LIST ['bn', 'bias', 'ln'],
 #   lib/optim/build.py) nor on the cls token (the model's no_weight_decay()).
