@@ -3,8 +3,10 @@
 Most tests use a tiny CMT (a few thousand parameters, one block per stage) so the whole file
 runs in seconds on CPU.
 """
+import importlib.util
 import math
 import re
+from pathlib import Path
 
 import pytest
 import torch
@@ -13,6 +15,11 @@ import torch.nn.functional as F
 import cvt_mm  # noqa: F401  (registers CMT)
 from cvt_mm.models.cmt import CMT, resize_relative_pos
 from cvt_mm.models.weights import CheckpointError
+
+_spec = importlib.util.spec_from_file_location(
+    'convert_weights', Path(__file__).parents[1] / 'tools' / 'convert_weights.py')
+convert_weights = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(convert_weights)
 
 TINY = dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1],
             stem_channels=8, fc_channels=32, mlp_ratio=2.0)
@@ -193,11 +200,11 @@ def test_bias_cache_eval_only_and_invalidated():
 
 
 def test_bias_cache_is_bounded():
-    model = tiny(bias_cache_size=2).eval()
+    stage = tiny(bias_cache_size=2).eval().stages[0]
     with torch.no_grad():
-        for w in (64, 96, 128):
-            model(torch.randn(1, 3, 64, w))
-    assert all(len(stage._bias_cache) == 2 for stage in model.stages)
+        for width in (5, 6, 7):
+            stage.relative_pos_for((4, width), (1, 1))
+    assert list(stage._bias_cache) == [((4, 6), (1, 1)), ((4, 7), (1, 1))]  # oldest dropped
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -242,8 +249,12 @@ def test_official_layout_round_trips(tmp_path):
     path = tmp_path / 'cmt_official.pth'
     torch.save({'model': official}, path)
     loaded = tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    converted = tmp_path / 'cmt_ours.pth'
+    assert convert_weights.main([str(path), str(converted), '--family', 'cmt']) == 0
+    reloaded = tiny(init_cfg=dict(type='Pretrained', checkpoint=str(converted)))
     for key, value in src.state_dict().items():
         assert torch.equal(loaded.state_dict()[key], value), key
+        assert torch.equal(reloaded.state_dict()[key], value), key
     x = torch.randn(1, 3, 64, 64)
     with torch.no_grad():
         torch.testing.assert_close(loaded.eval().classify(x), src.eval().classify(x))

@@ -321,6 +321,10 @@ def _resolve_arch(arch) -> dict:
     return cfg
 
 
+def _is_pretrained(init_cfg) -> bool:
+    return isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained'
+
+
 @MODELS.register_module()
 class CMT(BaseModule):
     """CMT backbone (MMDetection, MMSegmentation and MMPretrain).
@@ -369,8 +373,7 @@ class CMT(BaseModule):
                              f'got {frozen_stages!r}')
         if not isinstance(bias_cache_size, int) or bias_cache_size < 0:
             raise ValueError(f'bias_cache_size must be an int >= 0, got {bias_cache_size!r}')
-        if init_cfg is not None and init_cfg.get('type') == 'Pretrained' \
-                and not init_cfg.get('checkpoint'):
+        if _is_pretrained(init_cfg) and not init_cfg.get('checkpoint'):
             raise ValueError("init_cfg=dict(type='Pretrained') needs checkpoint=PATH")
         pretrain_img_size = pretrain_img_size or cfg['pretrain_img_size']
         if isinstance(pretrain_img_size, int):
@@ -424,7 +427,7 @@ class CMT(BaseModule):
 
     # ---------------------------------------------------------------- weights
     def init_weights(self):
-        if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
+        if _is_pretrained(self.init_cfg):
             load_pretrained(self, self.init_cfg['checkpoint'], 'cmt',
                             prefix=self.init_cfg.get('prefix'))
             self._is_init = True
