@@ -45,7 +45,7 @@ def _load_tool(name):
     """Import tools/<name>.py as a module (tools/ is not a package; its scripts import
     launch_utils from their own folder)."""
     if TOOLS not in sys.path:
-        sys.path.insert(0, TOOLS)
+        sys.path.append(TOOLS)  # appended: tools/test.py must not shadow the stdlib `test`
     spec = importlib.util.spec_from_file_location(f'cvt_mm_tool_{name}', osp.join(TOOLS,
                                                                                   f'{name}.py'))
     module = importlib.util.module_from_spec(spec)
