@@ -301,7 +301,7 @@ def test_pretrained_classifier_initialises_dense_model(trained, tmp_path, run, c
 def test_extract_backbone_writes_a_clean_checkpoint(trained, tmp_path):
     src = osp.join(trained['imagenet_cmt_ti_800e_in1k.py'], 'epoch_1.pth')
     summary = extract_tool.extract_backbone(src, str(tmp_path / 'cmt.pth'))
-    assert summary['family'] == 'cmt' and summary['format'] == 'cmt-ours'
+    assert summary['family'] == 'cmt' and summary['source_format'] == 'cmt-ours'
     out = torch.load(tmp_path / 'cmt.pth', weights_only=True)
     assert set(out) == {'state_dict', 'meta'}  # no optimizer, message hub or schedulers
     src_sd = read_checkpoint(src)['state_dict']
@@ -318,7 +318,7 @@ def test_extract_backbone_writes_a_clean_checkpoint(trained, tmp_path):
 def test_extract_backbone_rejects_bad_input(tmp_path):
     src = tmp_path / 'resnet.pth'
     torch.save({'state_dict': {'conv1.weight': torch.zeros(1)}}, src)
-    with pytest.raises(CheckpointError, match='matches no CvT or CMT layout'):
+    with pytest.raises(CheckpointError, match='cannot recognise the checkpoint as a cmt or cvt model'):
         extract_tool.extract_backbone(str(src), str(tmp_path / 'out.pth'))
     with pytest.raises(ValueError, match='must not overwrite'):
         extract_tool.extract_backbone(str(src), str(src))

@@ -101,7 +101,7 @@ def download_hint(path: str, family: Optional[str] = None) -> str:
     family = entries[0].family
     lines = [f'  {p.filename or p.description}: {p.source}' for p in entries]
     return (f'\nPublished {family} checkpoints (download, then point init_cfg at the file; '
-            f'python tools/convert_weights.py SRC DST --family {family} rewrites any of them in '
+            f'python tools/convert_weights.py SRC DST rewrites any of them in '
             'this project\'s layout):\n' + '\n'.join(lines))
 
 
@@ -155,21 +155,28 @@ def extract_state_dict(ckpt: dict, prefix: Optional[str] = None) -> Tuple[StateD
     return sd, dropped
 
 
-def detect_format(sd: StateDict, family: str) -> WeightFormat:
+def detect_format(sd: StateDict, family: Optional[str] = None) -> WeightFormat:
+    """The layout of ``sd`` among ``family``'s (or every family's, when ``None``)."""
     keys = set(sd)
     candidates = formats(family)
     for fmt in candidates:
         if fmt.matches(keys):
             return fmt
+    what = f'a {family}' if family else 'a ' + ' or '.join(sorted({f.family for f in candidates}))
     raise CheckpointError(
-        f'cannot recognise the checkpoint as a {family} model; known layouts: '
+        f'cannot recognise the checkpoint as {what} model; known layouts: '
         f'{", ".join(f.name for f in candidates)}. First keys: {sorted(keys)[:8]}')
 
 
-def convert_state_dict(sd: StateDict, family: str) -> Tuple[StateDict, str]:
-    """Rename any known layout of ``family`` into ours; returns (state_dict, format name)."""
+def convert_state_dict(sd: StateDict, family: Optional[str] = None) -> Tuple[StateDict, str]:
+    """Rename any known layout of ``family`` (any family when ``None``) into ours; returns
+    (state_dict, format name)."""
     fmt = detect_format(sd, family)
     return fmt.to_ours(sd), fmt.name
+
+
+def format_family(name: str) -> str:
+    return next(f.family for f in _FORMATS if f.name == name)
 
 
 # --------------------------------------------------------------------------------------------
@@ -298,7 +305,9 @@ register_format(WeightFormat(
     lambda sd: regex_rename(sd, _CVT_HF_RULES),
     'Hugging Face transformers CvtForImageClassification / CvtModel'))
 register_format(WeightFormat(
-    'cvt-ours', 'cvt', _has_key_matching(r'stages\.0\.patch_embed\.proj\.weight$'), dict,
+    # Keyed on the convolutional projection, which CMT's layout (also `stages.{i}.`) lacks.
+    'cvt-ours', 'cvt', _has_key_matching(r'stages\.0\.blocks\.0\.attn\.conv_proj_q\.conv\.weight$'),
+    dict,
     "this project's layout (CvT().state_dict())"))
 
 _CVT_MODEL_ZOO = 'https://1drv.ms/u/s!AhIXJn_J-blW9RzF3rMW7SsLHa8h?e=blQ0Al'
