@@ -275,8 +275,16 @@ def _bn_stats(module):
     return {k: v.clone() for k, v in module.state_dict().items() if 'running' in k}
 
 
+def test_frozen_stages_zero_freezes_only_the_stem():
+    model = tiny(frozen_stages=0).train()
+    assert not any(p.requires_grad for p in model.stages[0].patch_embed.parameters())
+    assert not model.stages[0].patch_embed.training
+    assert all(p.requires_grad for p in model.stages[0].blocks.parameters())
+    assert all(p.requires_grad for s in model.stages[1:] for p in s.parameters())
+
+
 def test_frozen_stages():
-    model = tiny(frozen_stages=1, out_norm_cfg=dict(type='LN'))
+    model = tiny(frozen_stages=2, out_norm_cfg=dict(type='LN'))
     model.train()
     for i, stage in enumerate(model.stages):
         assert all(p.requires_grad == (i == 2) for p in stage.parameters())
@@ -508,7 +516,7 @@ def test_converter_writes_our_layout(tmp_path, source, capsys):
     (dict(out_type='maps'), "'featmap', 'logits'"),
     (dict(out_type='logits', num_classes=0), 'num_classes must be > 0'),
     (dict(num_classes=-1), 'num_classes'),
-    (dict(frozen_stages=3), r'-1\.\.2'),
+    (dict(frozen_stages=4), r'-1\.\.3'),
     (dict(drop_path_rate=[0.1, 0.2]), 'per-stage'),
     (dict(drop_path_rate=1.5), r'\[0, 1\)'),
     (dict(out_norm_cfg=dict(type='BN')), "'LN'"),

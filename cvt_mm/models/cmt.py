@@ -31,11 +31,10 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
 from mmengine.model import BaseModule
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..registry import MODELS
-from .layers import (attention, check_choice, check_indices, nchw_to_nlc, nlc_to_nchw,
-                     stochastic_depth_rates, trunc_normal_init_)
+from .layers import (attention, batchnorm_eval, check_choice, check_indices, freeze_modules,
+                     nchw_to_nlc, nlc_to_nchw, stochastic_depth_rates, trunc_normal_init_)
 from .weights import CheckpointError, load_pretrained
 
 Grid = Tuple[int, int]
@@ -423,6 +422,8 @@ class CMT(BaseModule):
 
     @property
     def out_channels(self) -> list:
+        if self.out_type == 'logits':
+            return [self.num_classes]
         return [self.embed_dims[i] for i in self.out_indices]
 
     # ---------------------------------------------------------------- weights
@@ -472,18 +473,13 @@ class CMT(BaseModule):
         if self.out_norms is not None:
             frozen += [self.out_norms[str(i)] for i in range(self.frozen_stages)
                        if str(i) in self.out_norms]
-        for module in frozen:
-            module.eval()
-            for param in module.parameters():
-                param.requires_grad = False
+        freeze_modules(frozen)
 
     def train(self, mode: bool = True):
         super().train(mode)
         self._freeze_stages()
         if mode and self.norm_eval:
-            for m in self.modules():
-                if isinstance(m, _BatchNorm):
-                    m.eval()
+            batchnorm_eval(self)
         return self
 
     # ---------------------------------------------------------------- forward

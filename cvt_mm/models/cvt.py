@@ -223,7 +223,8 @@ class CvT(BaseModule):
             then returns the normalised cls token).
         drop_path_rate: stochastic depth of the last stage (official recipe: 0 / 0 / 0.1), or
             three per-stage rates.
-        frozen_stages: stages ``0..frozen_stages`` are frozen and kept in eval mode (-1: none).
+        frozen_stages: as ResNet/Swin: -1 trains everything, 0 freezes the stem (stage 0's token
+            embedding), ``k`` freezes the first ``k`` stages; frozen parts stay in eval mode.
         norm_eval: keep every BatchNorm in eval mode while training.
         with_cp: activation checkpointing per block while training.
         use_sdpa: fused attention (default); ``False`` uses the plain reference attention.
@@ -258,8 +259,8 @@ class CvT(BaseModule):
             raise ValueError(f'num_classes must be an int >= 0 (0: no head), got {num_classes!r}')
         if out_type == 'logits' and num_classes == 0:
             raise ValueError("out_type='logits' needs a head: num_classes must be > 0")
-        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages < NUM_STAGES:
-            raise ValueError(f'frozen_stages must be an int in -1..{NUM_STAGES - 1} '
+        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= NUM_STAGES:
+            raise ValueError(f'frozen_stages must be an int in -1..{NUM_STAGES} '
                              f'(-1: nothing frozen), got {frozen_stages!r}')
         if out_norm_cfg is not None:
             if not isinstance(out_norm_cfg, dict):
@@ -369,9 +370,11 @@ class CvT(BaseModule):
     # Training behaviour (as MMDetection's Swin)
     # ---------------------------------------------------------------------------------------
     def _frozen_modules(self) -> List[nn.Module]:
-        modules = list(self.stages[:self.frozen_stages + 1])
+        if self.frozen_stages < 0:
+            return []
+        modules = [self.stages[0].patch_embed, *self.stages[:self.frozen_stages]]
         if self.out_norms is not None:
-            modules += [self.out_norms[str(i)] for i in range(self.frozen_stages + 1)
+            modules += [self.out_norms[str(i)] for i in range(self.frozen_stages)
                         if str(i) in self.out_norms]
         return modules
 

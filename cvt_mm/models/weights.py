@@ -17,6 +17,7 @@ registered below: how to recognise it from its keys and how to rename it into ou
 """
 from __future__ import annotations
 
+import argparse
 import os
 import re
 from dataclasses import dataclass
@@ -117,7 +118,10 @@ def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
         if path.endswith('.safetensors'):
             from safetensors.torch import load_file
             return dict(load_file(path, device='cpu'))
-        return torch.load(path, map_location='cpu', weights_only=True)
+        # DeiT/timm-style training scripts (CMT's among them) store their argparse Namespace
+        # beside the weights: a plain attribute bag, safe to rebuild.
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location='cpu', weights_only=True)
     except Exception as err:  # noqa: BLE001 - re-raised with the path, the cause kept
         raise CheckpointError(f'cannot read checkpoint {path}: {type(err).__name__}: {err}') \
             from err
