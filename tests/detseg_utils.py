@@ -96,8 +96,7 @@ val_dataloader = dict(num_workers=0, persistent_workers=False,
                       dataset=dict(data_root=data_root))
 test_dataloader = val_dataloader
 train_cfg = dict(max_iters={max_iters}, val_interval={max_iters})
-default_hooks = dict(logger=dict(interval=1),
-                     checkpoint=dict(interval=1, max_keep_ckpts=10))
+default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=2))
 work_dir = {work_dir!r}
 '''
     text += ''.join(f'{key} = {value!r}\n' for key, value in extra.items())

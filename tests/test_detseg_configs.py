@@ -164,3 +164,19 @@ def test_no_weight_decay_on_norms_cls_token_and_position_biases(name):
     conv_weights = [p for n, p in model.backbone.named_parameters()
                     if p.dim() == 4 and 'relative_pos' not in n]
     assert all(decay[id(p)] == base_decay for p in conv_weights)
+
+
+@pytest.mark.parametrize('name', ['mask_rcnn_cvt13_coco.py', 'upernet_cmt_s_ade20k.py'])
+def test_missing_pretrained_file_says_what_and_where(name, tmp_path, monkeypatch):
+    """Without checkpoints/ the run stops with one message naming the file, where to download
+    it and how to convert it."""
+    from mmengine.registry import MODELS
+    from cvt_mm.models.weights import CheckpointError
+    monkeypatch.chdir(tmp_path)  # the configs' checkpoints/ paths are relative
+    cfg = load(osp.join(CONFIGS, name))
+    backbone = MODELS.build(cfg.model.backbone)
+    with pytest.raises(CheckpointError) as err:
+        backbone.init_weights()
+    message = str(err.value)
+    assert cfg.model.backbone.init_cfg.checkpoint in message
+    assert 'https://' in message and 'convert_weights.py' in message

@@ -8,16 +8,31 @@ then sees it initialised and skips its own init) and wrap the model in MMEngine'
 ``device_ids=None``, which is how PyTorch wants CPU modules wrapped.
 """
 import os
+import os.path as osp
 
 import torch
 import torch.distributed as torch_dist
-from mmengine.config import ConfigDict
+from mmengine.config import Config, ConfigDict
 
 
 def set_local_rank_env(local_rank: int) -> None:
     # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK itself.
     if 'LOCAL_RANK' not in os.environ:
         os.environ['LOCAL_RANK'] = str(local_rank)
+
+
+def load_config(args) -> Config:
+    """The config with the command line's launcher, --cfg-options and work dir applied
+    (default work dir: ./work_dirs/<config name>, as MMDetection's tools)."""
+    cfg = Config.fromfile(args.config)
+    cfg.launcher = args.launcher
+    if args.cfg_options is not None:
+        cfg.merge_from_dict(args.cfg_options)
+    if args.work_dir is not None:
+        cfg.work_dir = args.work_dir
+    elif cfg.get('work_dir', None) is None:
+        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    return cfg
 
 
 def prepare_cpu_distributed(cfg, launcher: str) -> None:

@@ -1,12 +1,12 @@
 """Write small, learnable datasets in the real COCO-instances and ADE20K layouts.
 
-Each image shows a few coloured shapes (circle, square, triangle; random colour, size and
-rotation, never overlapping) on a textured background. Every object is a polygon; its pixels
+Each image shows a few coloured shapes (circle, square, triangle; a per-class tint with random
+jitter, random size and rotation, never overlapping) on a textured background. Every object is a polygon; its pixels
 are painted from the same rasterisation pycocotools uses to decode the polygon, so the
 annotated masks are exact. Everything is deterministic given ``--seed``.
 
     python tools/make_demo_data.py --out data/demo          # both datasets
-    python tools/make_demo_data.py --out data/demo --coco-train 200 --size 256
+    python tools/make_demo_data.py --out data/demo --coco-train 400 --size 256
 
 Layouts written under ``--out``:
 
@@ -31,6 +31,7 @@ SHAPES = ('circle', 'square', 'triangle')
 SEG_CLASSES = ('background', ) + SHAPES
 SEG_PALETTE = [[120, 120, 120], [220, 20, 60], [0, 130, 230], [250, 170, 30]]
 CIRCLE_VERTICES = 48
+CLASS_TINTS = dict(circle=(225, 40, 40), square=(40, 90, 235), triangle=(40, 215, 60))
 
 
 def textured_background(rng: np.random.Generator, size: int) -> np.ndarray:
@@ -60,12 +61,12 @@ def rasterise(polygon: list, size: int) -> np.ndarray:
 
 
 def random_objects(rng: np.random.Generator, size: int, max_objects: int) -> list:
-    """Non-overlapping (kind, polygon, mask) triples, 12%-40% of the image side across."""
+    """Non-overlapping (kind, polygon, mask) triples, 20%-50% of the image side across."""
     objects, occupied = [], np.zeros((size, size), bool)
     for _ in range(int(rng.integers(1, max_objects + 1))):
         for _attempt in range(20):
             kind = SHAPES[int(rng.integers(len(SHAPES)))]
-            radius = rng.uniform(0.06, 0.2) * size
+            radius = rng.uniform(0.1, 0.25) * size
             cx, cy = rng.uniform(radius, size - radius, size=2)
             polygon = shape_polygon(kind, cx, cy, radius, rng.uniform(0, 2 * math.pi))
             mask = rasterise(polygon, size)
@@ -78,9 +79,10 @@ def random_objects(rng: np.random.Generator, size: int, max_objects: int) -> lis
 
 def draw(rng: np.random.Generator, size: int, objects: list) -> np.ndarray:
     image = textured_background(rng, size)
-    for _kind, _polygon, mask in objects:
-        colour = rng.uniform(0, 255, size=3)
-        colour[int(rng.integers(3))] = rng.choice([15.0, 245.0])  # saturated, off the bg tones
+    for kind, _polygon, mask in objects:
+        # Each class has its own saturated tint (jittered per object), off the background's
+        # greys, so that a few hundred iterations from scratch can learn the classes.
+        colour = np.array(CLASS_TINTS[kind], np.float64) + rng.uniform(-40, 40, size=3)
         shading = rng.normal(0, 6, size=(int(mask.sum()), 3))
         image[mask] = np.clip(colour + shading, 0, 255)
     return image.astype(np.uint8)
@@ -134,12 +136,12 @@ def write_ade(out: str, split: str, num_images: int, size: int, max_objects: int
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', default='data/demo', help='output root')
-    parser.add_argument('--size', type=int, default=256, help='image side in pixels')
-    parser.add_argument('--coco-train', type=int, default=240, help='COCO train images')
+    parser.add_argument('--size', type=int, default=128, help='image side in pixels')
+    parser.add_argument('--coco-train', type=int, default=160, help='COCO train images')
     parser.add_argument('--coco-val', type=int, default=40, help='COCO val images')
     parser.add_argument('--ade-train', type=int, default=120, help='ADE train images')
     parser.add_argument('--ade-val', type=int, default=20, help='ADE val images')
-    parser.add_argument('--max-objects', type=int, default=4, help='objects per image, at most')
+    parser.add_argument('--max-objects', type=int, default=3, help='objects per image, at most')
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args(argv)
     if args.size < 64:

@@ -17,7 +17,7 @@ echo "== 2/4 train $CONFIG on the CPU (progress and ETA in the log)"
 "$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR"
 
 echo "== 3/4 evaluate COCO bbox/segm mAP on the val split, pictures -> $OUT/predictions"
-CKPT="$WORK_DIR/$(cat "$WORK_DIR/last_checkpoint" | xargs basename)"
+CKPT=$(cat "$WORK_DIR/last_checkpoint")  # absolute path of the final checkpoint
 "$PY" tools/test.py "$CONFIG" "$CKPT" --work-dir "$WORK_DIR/test" \
     --show-dir "$OUT/predictions"
 

@@ -6,10 +6,11 @@
 import argparse
 import os.path as osp
 
-from mmengine.config import Config, ConfigDict, DictAction
+from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
-from launch_utils import build_runner, prepare_cpu_distributed, set_local_rank_env
+from launch_utils import (build_runner, load_config, prepare_cpu_distributed,
+                          set_local_rank_env)
 
 
 def parse_args(argv=None):
@@ -50,7 +51,9 @@ def enable_visualization(cfg, show: bool, show_dir, wait_time: float) -> None:
         if show_dir:
             hook['test_out_dir'] = show_dir
     elif hook_type == 'SegVisualizationHook':
-        hook['draw'] = True
+        # mmseg's hook draws only every `interval`-th test image (default 50); draw them all,
+        # as MMDetection's hook does in testing.
+        hook.update(draw=True, interval=1)
         if show_dir:
             # mmseg's hook writes through the visualizer's storage backend.
             cfg.visualizer['save_dir'] = show_dir
@@ -88,15 +91,7 @@ def results_dumper(cfg, out: str):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
     cfg.load_from = args.checkpoint
 
     if args.show or args.show_dir:

@@ -4,12 +4,12 @@
     bash tools/dist_train.sh configs/upernet_cvt13_ade20k.py 8
 """
 import argparse
-import os.path as osp
 
-from mmengine.config import Config, DictAction
+from mmengine.config import DictAction
 
-import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely on resume)
-from launch_utils import build_runner, prepare_cpu_distributed, set_local_rank_env
+import cvt_mm  # noqa: F401  (registers CvT/CMT; MMEngine checkpoints load safely on resume)
+from launch_utils import (build_runner, load_config, prepare_cpu_distributed,
+                          set_local_rank_env)
 
 
 def parse_args(argv=None):
@@ -20,7 +20,8 @@ def parse_args(argv=None):
     parser.add_argument('--amp', action='store_true',
                         help='automatic mixed precision (AmpOptimWrapper, dynamic loss scale)')
     parser.add_argument('--auto-scale-lr', action='store_true',
-                        help='scale the LR by (GPUs x batch per GPU) / auto_scale_lr.base_batch_size')
+                        help='scale the LR by (GPUs x batch per GPU) / '
+                        'auto_scale_lr.base_batch_size')
     parser.add_argument('--resume', nargs='?', type=str, const='auto',
                         help='resume from this checkpoint, or without a value from the latest '
                         'checkpoint in the work dir')
@@ -36,15 +37,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = Config.fromfile(args.config)
-    cfg.launcher = args.launcher
-    if args.cfg_options is not None:
-        cfg.merge_from_dict(args.cfg_options)
-
-    if args.work_dir is not None:
-        cfg.work_dir = args.work_dir
-    elif cfg.get('work_dir', None) is None:
-        cfg.work_dir = osp.join('./work_dirs', osp.splitext(osp.basename(args.config))[0])
+    cfg = load_config(args)
 
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'

@@ -1,16 +1,18 @@
 # configs/upernet_cvt13_ade20k.py trained from scratch on the ADE20K-layout shapes data of
-# tools/make_demo_data.py. Only data, scale and schedule shrink; the model is the real one.
+# tools/make_demo_data.py. Data, scale (crop, head widths) and schedule shrink; backbone and
+# head types are the real ones.
 _base_ = '../upernet_cvt13_ade20k.py'
 
 data_root = 'data/demo/ade/'
 metainfo = dict(classes=('background', 'circle', 'square', 'triangle'),
                 palette=[[120, 120, 120], [220, 20, 60], [0, 130, 230], [250, 170, 30]])
-crop_size = (192, 192)
-image_scale = (256, 256)
+crop_size = (96, 96)
+image_scale = (128, 128)
 
 model = dict(
     data_preprocessor=dict(size=crop_size),
     backbone=dict(init_cfg=None),
+    # Narrower heads than the real 512/256 channels keep the demo's CPU time small.
     decode_head=dict(num_classes=4, channels=128),
     auxiliary_head=dict(num_classes=4, channels=64))
 
@@ -30,21 +32,18 @@ test_pipeline = [
 ]
 # The shapes classes are not a subset of ADE20K's 150, so the generic dataset class reads
 # the same layout (ADE's .jpg/.png pairs and reduce-zero-label convention).
-dataset_type = 'BaseSegDataset'
+shapes_dataset = dict(type='BaseSegDataset', data_root=data_root, metainfo=metainfo,
+                      img_suffix='.jpg', seg_map_suffix='.png', reduce_zero_label=True)
 train_dataloader = dict(
     batch_size=4, num_workers=1,
-    dataset=dict(type=dataset_type, data_root=data_root, metainfo=metainfo,
-                 img_suffix='.jpg', seg_map_suffix='.png', reduce_zero_label=True,
+    dataset=dict(**shapes_dataset, pipeline=train_pipeline,
                  data_prefix=dict(img_path='images/training',
-                                  seg_map_path='annotations/training'),
-                 pipeline=train_pipeline))
+                                  seg_map_path='annotations/training')))
 val_dataloader = dict(
     batch_size=1, num_workers=1,
-    dataset=dict(type=dataset_type, data_root=data_root, metainfo=metainfo,
-                 img_suffix='.jpg', seg_map_suffix='.png', reduce_zero_label=True,
+    dataset=dict(**shapes_dataset, pipeline=test_pipeline,
                  data_prefix=dict(img_path='images/validation',
-                                  seg_map_path='annotations/validation'),
-                 pipeline=test_pipeline))
+                                  seg_map_path='annotations/validation')))
 test_dataloader = val_dataloader
 
 max_iters = 400
