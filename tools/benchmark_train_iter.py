@@ -26,6 +26,7 @@ def one_model(config: str, iters: int, threads: int) -> dict:
     from mmdet.structures import DetDataSample
     from mmdet.structures.mask import BitmapMasks
     from mmengine.config import Config
+    from mmengine.hub import get_config
     from mmengine.optim import build_optim_wrapper
     from mmengine.registry import init_default_scope
     from mmengine.structures import InstanceData
@@ -34,7 +35,8 @@ def one_model(config: str, iters: int, threads: int) -> dict:
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cfg = Config.fromfile(config)
+    # A `package::path` config lives inside the installed toolbox.
+    cfg = get_config(config) if '::' in config else Config.fromfile(config)
     init_default_scope('mmdet')
     cfg.model.backbone.init_cfg = None
     from mmdet.registry import MODELS

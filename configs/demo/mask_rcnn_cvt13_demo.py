@@ -53,7 +53,7 @@ param_scheduler = [
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[9],
          gamma=0.1),
 ]
-# From scratch with few steps: twice fine-tuning's LR (4e-4 plateaued after 3 epochs).
+# From scratch with few steps: twice fine-tuning's LR.
 optim_wrapper = dict(optimizer=dict(lr=2e-4))
 default_hooks = dict(
     logger=dict(interval=10),
