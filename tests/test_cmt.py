@@ -452,25 +452,28 @@ def test_bad_inputs_raise_value_error():
 # ------------------------------------------------------------------------------ OpenMMLab scopes
 def test_built_from_mmdet_registry_with_fpn():
     from mmdet.registry import MODELS
-    backbone = MODELS.build(dict(type='CMT', arch=TINY, pretrain_img_size=64,
-                                 out_norm_cfg=dict(type='LN'))).eval()
-    neck = MODELS.build(dict(type='FPN', in_channels=backbone.out_channels, out_channels=16,
-                             num_outs=5)).eval()
+    from mmengine.registry import DefaultScope
+    # Earlier tests' runners leave another toolbox's scope current; builds follow the scope.
+    with DefaultScope.overwrite_default_scope('mmdet'):
+        backbone = MODELS.build(dict(type='CMT', arch=TINY, pretrain_img_size=64,
+                                     out_norm_cfg=dict(type='LN'))).eval()
+        neck = MODELS.build(dict(type='FPN', in_channels=backbone.out_channels,
+                                 out_channels=16, num_outs=5)).eval()
     with torch.no_grad():
         feats = neck(backbone(torch.randn(1, 3, 97, 131)))
     assert [tuple(f.shape[-2:]) for f in feats] == [(25, 33), (13, 17), (7, 9), (4, 5), (2, 3)]
 
 
 def test_built_from_mmseg_registry_in_encoder_decoder():
+    from mmengine.registry import DefaultScope
     from mmseg.registry import MODELS
-    from mmseg.utils import register_all_modules
-    register_all_modules(init_default_scope=False)
-    segmentor = MODELS.build(dict(
-        type='EncoderDecoder',
-        backbone=dict(type='CMT', arch=TINY, pretrain_img_size=64),
-        decode_head=dict(type='FPNHead', in_channels=TINY['embed_dims'], in_index=[0, 1, 2, 3],
-                         feature_strides=[4, 8, 16, 32], channels=8, num_classes=3,
-                         norm_cfg=dict(type='BN'), align_corners=False)))
+    with DefaultScope.overwrite_default_scope('mmseg'):
+        segmentor = MODELS.build(dict(
+            type='EncoderDecoder',
+            backbone=dict(type='CMT', arch=TINY, pretrain_img_size=64),
+            decode_head=dict(type='FPNHead', in_channels=TINY['embed_dims'],
+                             in_index=[0, 1, 2, 3], feature_strides=[4, 8, 16, 32], channels=8,
+                             num_classes=3, norm_cfg=dict(type='BN'), align_corners=False)))
     assert type(segmentor.backbone).__name__ == 'CMT'
     segmentor.eval()
     with torch.no_grad():
