@@ -30,8 +30,19 @@ fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
 pin() { grep -E "^$1[=<>!~ ]" requirements.txt | head -n1 | tr -d ' '; }
 
-# 1. torch/torchvision first: mmcv compiles against the installed torch.
-"${pip[@]}" install "$(pin torch)" "$(pin torchvision)"
+version_of() { pin "$1" | sed -E 's/^[a-z]+[=<>!~]+//'; }
+
+# 1. torch/torchvision first: mmcv compiles against the installed torch. A build of the pinned
+#    version for another CUDA (e.g. 2.13.0+cu126 from PyTorch's index, installed beforehand) is
+#    kept; one beside which torchvision does not load (2.13.0+cpu) is replaced.
+if ! "$VENV/bin/python" - "$(version_of torch)" "$(version_of torchvision)" 2>/dev/null <<'PY'
+import sys, torch, torchvision
+assert torch.__version__.split('+')[0] == sys.argv[1], torch.__version__
+assert torchvision.__version__.split('+')[0] == sys.argv[2], torchvision.__version__
+PY
+then
+    "${pip[@]}" install "$(pin torch)" "$(pin torchvision)"
+fi
 
 # 2. mmcv with its ops; CUDA kernels where a CUDA toolkit and GPU exist.
 if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
@@ -60,7 +71,9 @@ if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
 fi
 
 # 3. Everything else, then this package in editable mode.
-"${pip[@]}" install -r requirements.txt
+# torch/torchvision are left out here: step 1 settled them, and `===` would not accept a
+# local build such as 2.13.0+cu126.
+"${pip[@]}" install -r <(grep -vE '^(torch|torchvision)[=<>!~ ]' requirements.txt)
 "${pip[@]}" install --no-deps -e .
 "$VENV/bin/python" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm" \
     || { echo "setup_env: the environment in $VENV does not import; see the errors above" >&2; exit 1; }
