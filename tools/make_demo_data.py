@@ -35,14 +35,17 @@ CLASS_TINTS = dict(circle=(225, 40, 40), square=(40, 90, 235), triangle=(40, 215
 
 
 def textured_background(rng: np.random.Generator, size: int) -> np.ndarray:
-    """Smooth colour noise plus faint stripes: clutter a detector must learn to ignore."""
-    coarse = rng.uniform(60, 190, size=(size // 16 + 1, size // 16 + 1, 3)).astype(np.uint8)
-    base = np.asarray(Image.fromarray(coarse).resize((size, size), Image.BICUBIC), np.float32)
+    """Low-contrast grey texture (smooth blotches, faint stripes, pixel noise): clutter a
+    detector must learn to ignore, but grey, so that the saturated class tints stand out and
+    a short run from scratch can learn them."""
+    level = rng.uniform(100, 160)
+    coarse = rng.uniform(-15, 15, size=(size // 16 + 1, size // 16 + 1)).astype(np.float32)
+    blotches = np.asarray(Image.fromarray(coarse, mode='F').resize((size, size), Image.BICUBIC))
     yy, xx = np.mgrid[0:size, 0:size]
     angle = rng.uniform(0, math.pi)
-    stripes = 12 * np.sin((xx * math.cos(angle) + yy * math.sin(angle)) / rng.uniform(3, 8))
-    noise = rng.normal(0, 8, size=(size, size, 3))
-    return np.clip(base + stripes[..., None] + noise, 0, 255)
+    stripes = 4 * np.sin((xx * math.cos(angle) + yy * math.sin(angle)) / rng.uniform(3, 8))
+    noise = rng.normal(0, 4, size=(size, size, 3))
+    return np.clip(level + (blotches + stripes)[..., None] + noise, 0, 255)
 
 
 def shape_polygon(kind: str, cx: float, cy: float, radius: float, angle: float) -> list:
@@ -61,12 +64,12 @@ def rasterise(polygon: list, size: int) -> np.ndarray:
 
 
 def random_objects(rng: np.random.Generator, size: int, max_objects: int) -> list:
-    """Non-overlapping (kind, polygon, mask) triples, 20%-50% of the image side across."""
+    """Non-overlapping (kind, polygon, mask) triples, 24%-56% of the image side across."""
     objects, occupied = [], np.zeros((size, size), bool)
     for _ in range(int(rng.integers(1, max_objects + 1))):
         for _attempt in range(20):
             kind = SHAPES[int(rng.integers(len(SHAPES)))]
-            radius = rng.uniform(0.1, 0.25) * size
+            radius = rng.uniform(0.12, 0.28) * size
             cx, cy = rng.uniform(radius, size - radius, size=2)
             polygon = shape_polygon(kind, cx, cy, radius, rng.uniform(0, 2 * math.pi))
             mask = rasterise(polygon, size)
