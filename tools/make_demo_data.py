@@ -1,9 +1,9 @@
 """Write small, learnable datasets in the real COCO-instances and ADE20K layouts.
 
 Each image shows a few coloured shapes (circle, square, triangle; a per-class tint with random
-jitter, random size and rotation, never overlapping) on a textured background. Every object is a polygon; its pixels
-are painted from the same rasterisation pycocotools uses to decode the polygon, so the
-annotated masks are exact. Everything is deterministic given ``--seed``.
+jitter, random size and rotation, never overlapping) on a low-contrast grey texture. Every
+object is a polygon; its pixels are painted from the same rasterisation pycocotools uses to
+decode the polygon, so the annotated masks are exact. Everything is deterministic given ``--seed``.
 
     python tools/make_demo_data.py --out data/demo          # both datasets
     python tools/make_demo_data.py --out data/demo --coco-train 400 --size 256
