@@ -1,10 +1,11 @@
 """Helpers shared by the detection/segmentation tests: tiny datasets made by the project's own
 tool, user configs that inherit the real configs, and running the real tools/ scripts."""
-import importlib.util
 import os
 import os.path as osp
 import subprocess
 import sys
+
+from tool_loader import load_tool  # noqa: F401  (re-exported for the detseg tests)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = osp.join(ROOT, 'configs')
@@ -12,13 +13,6 @@ SHAPES = ('circle', 'square', 'triangle')
 IMAGE_SIZE = 96
 
 
-def load_tool(name: str):
-    """Import tools/<name>.py as a module (tools/ is not a package)."""
-    spec = importlib.util.spec_from_file_location(f'tools_{name}', osp.join(ROOT, 'tools',
-                                                                            f'{name}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def make_tiny_data(out: str) -> str:

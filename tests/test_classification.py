@@ -2,13 +2,11 @@
 tools/train.py / tools/test.py on a tiny ImageNet-layout set made here, and what they write
 initialises the detection and segmentation configs' backbones."""
 import glob
-import importlib.util
 import json
 import math
 import os.path as osp
 import pickle
 import re
-import sys
 
 import numpy as np
 import pytest
@@ -23,10 +21,10 @@ import cvt_mm  # noqa: F401  (registers CvT/CMT, allow-lists MMEngine checkpoint
 from cvt_mm.models.cmt import ARCH_SETTINGS as CMT_ARCHS
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.weights import CheckpointError, read_checkpoint
+from tool_loader import load_tool
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = osp.join(ROOT, 'configs')
-TOOLS = osp.join(ROOT, 'tools')
 NUM_CLASSES = 5  # >= 5 so that top-5 accuracy is defined
 TRAIN_PER_CLASS = 2
 TRAIN_BATCH = 5
@@ -41,19 +39,9 @@ CLS_CONFIGS = {
 }
 
 
-def _load_tool(name):
-    """Import tools/<name>.py as a module (tools/ is not a package; its scripts import
-    launch_utils from their own folder)."""
-    if TOOLS not in sys.path:
-        sys.path.append(TOOLS)  # appended: tools/test.py must not shadow the stdlib `test`
-    spec = importlib.util.spec_from_file_location(f'cvt_mm_tool_{name}', osp.join(TOOLS,
-                                                                                  f'{name}.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
-train_tool, test_tool, extract_tool = (_load_tool(n) for n in ('train', 'test',
+train_tool, test_tool, extract_tool = (load_tool(n) for n in ('train', 'test',
                                                                  'extract_backbone'))
 
 

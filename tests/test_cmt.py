@@ -3,10 +3,8 @@
 Most tests use a tiny CMT (a few thousand parameters, one block per stage) so the whole file
 runs in seconds on CPU.
 """
-import importlib.util
 import math
 import re
-from pathlib import Path
 
 import pytest
 import torch
@@ -15,11 +13,9 @@ import torch.nn.functional as F
 import cvt_mm  # noqa: F401  (registers CMT)
 from cvt_mm.models.cmt import CMT, resize_relative_pos
 from cvt_mm.models.weights import CheckpointError
+from tool_loader import load_tool
 
-_spec = importlib.util.spec_from_file_location(
-    'convert_weights', Path(__file__).parents[1] / 'tools' / 'convert_weights.py')
-convert_weights = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(convert_weights)
+convert_weights = load_tool('convert_weights')
 
 TINY = dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1],
             stem_channels=8, fc_channels=32, mlp_ratio=2.0)

@@ -3,9 +3,8 @@
 Small models (``TINY``) and small images keep this file CPU-cheap; the official variants are
 only constructed on the meta device (parameter counts) or run once at 224x224.
 """
-import importlib.util
+import importlib
 import logging
-import os
 import re
 
 import pytest
@@ -16,9 +15,9 @@ from safetensors.torch import save_file
 import cvt_mm  # noqa: F401  (registers CvT)
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.weights import CheckpointError
+from tool_loader import load_tool
 
 TINY = dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 1, 2])
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def randomized(model):
@@ -480,16 +479,8 @@ def test_missing_unreadable_and_unknown_files(tmp_path):
         load_via_init_cfg(tmp_path / 'resnet.pth')
 
 
-def _converter():
-    spec = importlib.util.spec_from_file_location(
-        'convert_weights', os.path.join(REPO, 'tools', 'convert_weights.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def test_converter_writes_our_layout(tmp_path, source, capsys):
-    converter = _converter()
+    converter = load_tool('convert_weights')
     save_file(to_huggingface(source[0].state_dict()), str(tmp_path / 'model.safetensors'))
     torch.save(to_official(source[0].state_dict()), tmp_path / 'official.pth')
     for name, fmt in (('model.safetensors', 'cvt-huggingface'), ('official.pth', 'cvt-official')):

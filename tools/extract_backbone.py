@@ -12,7 +12,9 @@ workflow looks for; it takes the same options.
 import os
 import sys
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+_TOOLS = os.path.dirname(os.path.abspath(__file__))
+if _TOOLS not in sys.path:  # appended: tools/test.py must not shadow the stdlib `test`
+    sys.path.append(_TOOLS)
 
 from convert_weights import convert as extract_backbone, main  # noqa: E402,F401
 
