@@ -66,7 +66,9 @@ if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
     # mmcv's setup.py imports pkg_resources, which setuptools>=70 no longer ships, while torch
     # 2.13 declares setuptools>=77: build with an old setuptools, step 3 restores torch's.
     "${pip[@]}" install -q "setuptools<70" wheel ninja
-    MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+    # torch's extension builder compiles in parallel only when it finds `ninja` on PATH;
+    # without it every file is compiled one after the other.
+    PATH="$(cd "$VENV/bin" && pwd):$PATH" MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
         "${pip[@]}" install --no-build-isolation "$(pin mmcv)"
 fi
 
