@@ -12,6 +12,7 @@ model = dict(
         out_indices=(0, 1, 2, 3),
         out_norm_cfg=dict(type='LN'),
         num_classes=0,
+        norm_eval=True,  # the CvT-13 config's BatchNorm policy (stem, sr convs, IRFFN)
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     neck=dict(in_channels=[64, 128, 256, 512], add_extra_convs=False,
               relu_before_extra_convs=False))

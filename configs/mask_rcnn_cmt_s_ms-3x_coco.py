@@ -11,6 +11,7 @@ model = dict(
         out_indices=(0, 1, 2, 3),
         out_norm_cfg=dict(type='LN'),
         num_classes=0,
+        norm_eval=True,  # the BatchNorm policy of mask_rcnn_cvt13_coco.py
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     neck=dict(in_channels=[64, 128, 256, 512], add_extra_convs=False,
               relu_before_extra_convs=False))

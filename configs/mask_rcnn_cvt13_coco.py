@@ -21,6 +21,12 @@ model = dict(
         out_norm_cfg=dict(type='LN'),
         num_classes=0,
         drop_path_rate=0.1,
+        # BatchNorm at 2 images per GPU: keep the ImageNet statistics (the BN affine
+        # parameters still train), as MMDetection does for its BN backbones (ResNet, RegNet,
+        # HRNet). Statistics of 2 images are noisy and differ between training and testing;
+        # SyncBN would cost two all-reduces per BN layer per step to re-estimate statistics
+        # that a 1x fine-tuning barely moves.
+        norm_eval=True,
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     # CvT has three stages (strides 4, 8, 16). FPN turns them into P2-P4 and adds P5 (stride
     # 32) and P6 (stride 64) with stride-2 3x3 convs: P5 is computed from C4 itself

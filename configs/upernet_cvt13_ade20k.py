@@ -34,6 +34,13 @@ model = dict(
     # Deep supervision on the stride-16 level, where ResNet/Swin UperNets attach it too.
     auxiliary_head=dict(in_channels=384, in_index=2, num_classes=150))
 
+# BatchNorm at 2 images per GPU: SyncBN over all GPUs (16 images of 512x512), in the backbone
+# as in MMSegmentation's own heads: when training is distributed, MMEngine converts every
+# BatchNorm of the model (CvT's projections, CMT's stem, sr convs and IRFFN). This is how
+# MMSegmentation trains BN backbones: 160k iterations of dense labels move the statistics away
+# from ImageNet's. On a CPU-only machine tools/train.py reverts SyncBN to per-process BN.
+sync_bn = 'torch'
+
 optim_wrapper = dict(
     _delete_=True,
     type='OptimWrapper',

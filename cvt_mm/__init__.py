@@ -1,10 +1,12 @@
 """cvt_mm: convolutional vision transformers (CvT, CMT) for OpenMMLab.
 
 ``import cvt_mm`` (or ``custom_imports=dict(imports=['cvt_mm'])`` in a config) registers the
-backbones for MMDetection, MMSegmentation and MMPretrain and makes MMEngine checkpoints
-loadable under torch's safe unpickling (see ``cvt_mm.checkpoint_compat``).
+backbones for MMDetection, MMSegmentation and MMPretrain, makes MMEngine checkpoints
+loadable under torch's safe unpickling (see ``cvt_mm.checkpoint_compat``) and registers the
+model wrapper for distributed training without CUDA (see ``cvt_mm.distributed``).
 """
 from . import checkpoint_compat  # noqa: F401  (side effect: allow MMEngine's own types)
+from . import distributed  # noqa: F401  (side effect: register CPUDistributedDataParallel)
 from . import models  # noqa: F401  (side effect: register the backbones)
 
 __version__ = '0.1.0'

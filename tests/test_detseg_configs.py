@@ -158,11 +158,14 @@ def test_no_weight_decay_on_norms_cls_token_and_position_biases(name):
              if isinstance(m, (torch.nn.LayerNorm, torch.nn.modules.batchnorm._BatchNorm))]
     assert norms
     for name_, param in model.named_parameters():
+        if not param.requires_grad:  # frozen (the classification stage): no optimizer group
+            assert id(param) not in decay, name_
+            continue
         module = name_.rsplit('.', 1)[0]
         if name_ in no_decay or module in norms:
             assert decay[id(param)] == 0, name_
     conv_weights = [p for n, p in model.backbone.named_parameters()
-                    if p.dim() == 4 and 'relative_pos' not in n]
+                    if p.dim() == 4 and 'relative_pos' not in n and p.requires_grad]
     assert all(decay[id(p)] == base_decay for p in conv_weights)
 
 

@@ -1,27 +1,20 @@
-"""The tools/ entry points as users run them: resuming, two-process training through
-tools/dist_train.sh, tools/test.py (metrics, --out, --show-dir) and tools/image_demo.py."""
+"""The tools/ entry points as users run them: resuming, tools/test.py (metrics, --out,
+--show-dir) and tools/image_demo.py. Two-process training is in test_distributed.py."""
 import glob
 import os.path as osp
 import pickle
 
 import pytest
 
-from detseg_utils import det_user_config, make_tiny_data, run_tool, seg_user_config
+from conftest import DIST_ITERATIONS
+from detseg_utils import run_tool, seg_user_config
 
 
 @pytest.fixture(scope='module')
-def tiny_data(tmp_path_factory):
-    return make_tiny_data(str(tmp_path_factory.mktemp('data')))
-
-
-@pytest.fixture(scope='module')
-def det_run(tiny_data, tmp_path_factory):
+def det_run(dist_train):
     """Mask R-CNN CvT-13 trained by two CPU processes (gloo) through tools/dist_train.sh."""
-    root = tmp_path_factory.mktemp('det')
-    config = det_user_config(str(root / 'det.py'), 'mask_rcnn_cvt13_coco.py',
-                             osp.join(tiny_data, 'coco'), str(root / 'work'))
-    proc = run_tool(['dist_train.sh', config, '2'], env=dict(PORT='29581'))
-    return config, root / 'work', proc
+    config, work, proc = dist_train('mask_rcnn_cvt13_coco.py')
+    return config, work / f'epoch_{DIST_ITERATIONS}.pth', proc
 
 
 @pytest.fixture(scope='module')
@@ -37,15 +30,6 @@ def seg_run(tiny_data, tmp_path_factory):
     return stopped, work, first, resumed
 
 
-def test_dist_train_two_cpu_processes_write_a_checkpoint(det_run):
-    _, work, proc = det_run
-    assert osp.isfile(work / 'epoch_1.pth')
-    log = proc.stdout + proc.stderr
-    assert 'Distributed training: True' in log and 'GPU number: 2' in log, log[-3000:]
-    # Each process trains on its half of the 4 images (batch 2): one iteration per epoch.
-    assert 'Epoch(train) [1][1/1]' in log
-
-
 def test_resume_continues_at_the_right_iteration(seg_run):
     _, work, first, resumed = seg_run
     first_log, resumed_log = first.stdout + first.stderr, resumed.stdout + resumed.stderr
@@ -57,8 +41,8 @@ def test_resume_continues_at_the_right_iteration(seg_run):
 
 
 def test_test_py_detection_metrics_dump_and_pictures(det_run, tmp_path):
-    config, work, _ = det_run
-    proc = run_tool(['test.py', config, str(work / 'epoch_1.pth'), '--work-dir',
+    config, checkpoint, _ = det_run
+    proc = run_tool(['test.py', config, str(checkpoint), '--work-dir',
                      str(tmp_path / 'eval'), '--out', str(tmp_path / 'results.pkl'),
                      '--show-dir', str(tmp_path / 'vis')])
     log = proc.stdout + proc.stderr
@@ -80,8 +64,7 @@ def test_test_py_segmentation_pictures(seg_run, tmp_path):
 @pytest.mark.parametrize('task', ['det', 'seg'])
 def test_image_demo_writes_a_picture(task, det_run, seg_run, tiny_data, tmp_path):
     if task == 'det':
-        config, work, _ = det_run
-        checkpoint = work / 'epoch_1.pth'
+        config, checkpoint, _ = det_run
         image = sorted(glob.glob(osp.join(tiny_data, 'coco', 'val2017', '*.jpg')))[0]
     else:
         config, work, _, _ = seg_run

@@ -8,12 +8,7 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import cvt_mm  # noqa: F401
-from detseg_utils import det_user_config, make_tiny_data, seg_user_config
-
-
-@pytest.fixture(scope='module')
-def tiny_data(tmp_path_factory):
-    return make_tiny_data(str(tmp_path_factory.mktemp('data')))
+from detseg_utils import det_user_config, seg_user_config
 
 
 def train_and_validate(config_path, experiment):

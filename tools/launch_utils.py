@@ -4,8 +4,9 @@ and making PyTorch distributed work on CPU-only machines.
 MMEngine's ``pytorch`` launcher calls ``torch.cuda.set_device`` and defaults to NCCL, and its
 DDP wrapper passes ``device_ids=[LOCAL_RANK]``; all three fail without a GPU. On such a machine
 we start the same ``torch.distributed`` process group with the gloo backend ourselves (MMEngine
-then sees it initialised and skips its own init) and wrap the model in MMEngine's DDP with
-``device_ids=None``, which is how PyTorch wants CPU modules wrapped.
+then sees it initialised and skips its own init) and wrap the model in
+``cvt_mm.distributed.CPUDistributedDataParallel`` (DDP with ``device_ids=None``, SyncBN reverted
+to BN).
 """
 import os
 import os.path as osp
@@ -45,8 +46,10 @@ def prepare_cpu_distributed(cfg, launcher: str) -> None:
     if not torch_dist.is_initialized():
         torch_dist.init_process_group(backend='gloo')
     wrapper = cfg.get('model_wrapper_cfg') or ConfigDict(
-        type='MMDistributedDataParallel', broadcast_buffers=False,
+        broadcast_buffers=False,
         find_unused_parameters=cfg.get('find_unused_parameters', False))
+    if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+        wrapper['type'] = 'CPUDistributedDataParallel'
     wrapper['device_ids'] = None
     cfg.model_wrapper_cfg = wrapper
 

@@ -10,7 +10,8 @@ image_scale = (128, 128)
 model = dict(
     # From scratch: the demo needs no download. No stochastic depth: 400 steps underfit, they
     # do not overfit.
-    backbone=dict(init_cfg=None, drop_path_rate=0.),
+    # From scratch there are no ImageNet BatchNorm statistics to keep: BN trains (norm_eval).
+    backbone=dict(init_cfg=None, drop_path_rate=0., norm_eval=False),
     roi_head=dict(bbox_head=dict(num_classes=len(classes)),
                   mask_head=dict(num_classes=len(classes))),
     # A 128px image holds at most three objects: far fewer proposals and sampled RoIs do, and

@@ -187,7 +187,9 @@ class LMHSA(nn.Module):
         if self.sr_ratio > 1:
             kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
         q, k, v = self._heads(self.q(x)), self._heads(self.k(kv)), self._heads(self.v(kv))
-        out = attention(q, k, v, self.scale, bias=bias.to(q.dtype), use_sdpa=self.use_sdpa)
+        # A 4-D (1, heads, Nq, Nk) bias: with a 3-D one, SDPA takes its unfused math path.
+        out = attention(q, k, v, self.scale, bias=bias.to(q.dtype).unsqueeze(0),
+                        use_sdpa=self.use_sdpa)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))
 
 
@@ -335,7 +337,10 @@ class CMT(BaseModule):
         in_channels: input image channels.
         out_indices: stages whose maps ``forward`` returns (strides 4, 8, 16, 32).
         out_type: ``'featmap'`` (tuple of NCHW maps) or ``'logits'`` (``(logits,)`` for
-            MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``).
+            MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``). With ``'featmap'``
+            the classification stage and any stage after ``max(out_indices)`` are kept (for
+            ``classify()`` and checkpoint loading) but frozen, so that every trainable
+            parameter gets a gradient, as DDP with ``find_unused_parameters=False`` needs.
         out_norm_cfg: ``None`` returns the official stage outputs; a norm config (e.g.
             ``dict(type='LN')``) adds one norm per output, as dense heads usually want.
         num_classes: classes of the Linear head used by :meth:`classify`; 0 drops it.
@@ -466,13 +471,23 @@ class CMT(BaseModule):
         return sd
 
     # ---------------------------------------------------------------- training modes
+    def _unused_by_featmaps(self) -> list:
+        """What the ``'featmap'`` forward never runs: the classification stage (``cls_proj``,
+        head) and the stages after ``max(out_indices)``. They are kept, so ``classify()`` and
+        checkpoint loading work, but take no gradient: DDP with
+        ``find_unused_parameters=False`` would otherwise wait for their gradients and fail at
+        the second iteration."""
+        if self.out_type != 'featmap':
+            return []
+        return [self.cls_proj, self.head, *self.stages[max(self.out_indices) + 1:]]
+
     def _freeze_stages(self):
-        if self.frozen_stages < 0:
-            return
-        frozen = [self.stem] + [self.stages[i] for i in range(self.frozen_stages)]
-        if self.out_norms is not None:
-            frozen += [self.out_norms[str(i)] for i in range(self.frozen_stages)
-                       if str(i) in self.out_norms]
+        frozen = self._unused_by_featmaps()
+        if self.frozen_stages >= 0:
+            frozen += [self.stem] + [self.stages[i] for i in range(self.frozen_stages)]
+            if self.out_norms is not None:
+                frozen += [self.out_norms[str(i)] for i in range(self.frozen_stages)
+                           if str(i) in self.out_norms]
         freeze_modules(frozen)
 
     def train(self, mode: bool = True):

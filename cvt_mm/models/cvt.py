@@ -216,7 +216,10 @@ class CvT(BaseModule):
         in_channels: image channels.
         out_indices: stages whose maps ``forward`` returns, in this order (strides 4, 8, 16).
         out_type: ``'featmap'`` (tuple of NCHW maps) or ``'logits'`` (``(logits,)``, for an
-            MMPretrain ``ImageClassifier`` with a loss-only ``ClsHead``).
+            MMPretrain ``ImageClassifier`` with a loss-only ``ClsHead``). With ``'featmap'``
+            the classification stage and any stage after ``max(out_indices)`` are kept (for
+            ``classify()`` and checkpoint loading) but frozen, so that every trainable
+            parameter gets a gradient, as DDP with ``find_unused_parameters=False`` needs.
         out_norm_cfg: ``None`` returns the official stage outputs; ``dict(type='LN')`` adds a
             LayerNorm per returned map (``out_norms.{stage}``), as MMDetection's Swin/PVT do.
         num_classes: classes of the Linear head on the cls token; 0 for no head (``classify``
@@ -369,10 +372,22 @@ class CvT(BaseModule):
     # ---------------------------------------------------------------------------------------
     # Training behaviour (as MMDetection's Swin)
     # ---------------------------------------------------------------------------------------
-    def _frozen_modules(self) -> List[nn.Module]:
-        if self.frozen_stages < 0:
+    def _unused_by_featmaps(self) -> List[nn.Module]:
+        """What the ``'featmap'`` forward never runs: the classification stage (final norm,
+        head) and the stages after ``max(out_indices)``. They are kept, so ``classify()`` and
+        checkpoint loading work, but take no gradient: DDP with
+        ``find_unused_parameters=False`` would otherwise wait for their gradients and fail at
+        the second iteration."""
+        if self.out_type != 'featmap':
             return []
-        modules = [self.stages[0].patch_embed, *self.stages[:self.frozen_stages]]
+        return ([self.norm] + ([self.head] if self.head is not None else [])
+                + list(self.stages[max(self.out_indices) + 1:]))
+
+    def _frozen_modules(self) -> List[nn.Module]:
+        modules = self._unused_by_featmaps()
+        if self.frozen_stages < 0:
+            return modules
+        modules += [self.stages[0].patch_embed, *self.stages[:self.frozen_stages]]
         if self.out_norms is not None:
             modules += [self.out_norms[str(i)] for i in range(self.frozen_stages)
                         if str(i) in self.out_norms]

@@ -1,0 +1,309 @@
+"""Build the model of any of our configs and feed it synthetic batches, without data on disk.
+
+What the tests, the benchmarks and ``tools/analysis_tools/gpu_check.py`` share: the real
+MMDetection / MMSegmentation / MMPretrain model of a config (backbone from random weights, so no
+checkpoint file is needed) and a batch in the form its ``data_preprocessor`` takes from a
+dataloader (uint8 images and data samples with ground truth).
+
+Example::
+
+    >>> from cvt_mm.testing import build_model_from_config, synthetic_batch
+    >>> model = build_model_from_config('configs/mask_rcnn_cvt13_coco.py')
+    >>> batch = synthetic_batch(model, batch_size=2, height=128, width=160)
+    >>> losses = model.loss(**model.data_preprocessor(batch, training=True))
+"""
+from __future__ import annotations
+
+import os.path as osp
+from typing import Optional, Union
+
+import torch
+from mmengine.config import Config
+from mmengine.registry import DefaultScope, init_default_scope
+
+__all__ = ['load_config', 'build_model_from_config', 'synthetic_batch', 'task_of',
+           'write_user_config']
+
+TASKS = ('mmdet', 'mmseg', 'mmpretrain')
+
+
+def load_config(config: Union[str, Config]) -> Config:
+    """A config file of ours, a ``package::path`` config of a toolbox, or a loaded Config."""
+    if isinstance(config, Config):
+        return config
+    if '::' in config:
+        from mmengine.hub import get_config
+        return get_config(config)
+    return Config.fromfile(config)
+
+
+def task_of(cfg: Config) -> str:
+    """``'mmdet'``, ``'mmseg'`` or ``'mmpretrain'``: the config's ``default_scope``."""
+    scope = cfg.get('default_scope')
+    if scope not in TASKS:
+        raise ValueError(f'default_scope={scope!r} is not supported; allowed: '
+                         f'{", ".join(map(repr, TASKS))}')
+    return scope
+
+
+def build_model_from_config(config: Union[str, Config], device: str = 'cpu',
+                            random_init: bool = True) -> torch.nn.Module:
+    """The config's whole model (detector, segmentor or classifier), built in its toolbox's
+    registry scope, weights initialised, in train mode.
+
+    Args:
+        config (str | Config): config file, ``mmdet::...`` path or a loaded Config.
+        device (str): where to put the model. Defaults to ``'cpu'``.
+        random_init (bool): drop the backbone's ``init_cfg`` (and MMSegmentation's
+            ``pretrained``), so no checkpoint file is read. Defaults to True.
+    """
+    cfg = load_config(config)
+    scope = task_of(cfg)
+    model_cfg = cfg.model.copy()
+    if cfg.get('data_preprocessor') is not None:  # what the Runner does with it
+        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
+    if random_init:
+        model_cfg.backbone.init_cfg = None
+        if 'pretrained' in model_cfg:
+            model_cfg.pretrained = None
+    init_default_scope(scope)
+    from mmengine.registry import MODELS
+    with DefaultScope.overwrite_default_scope(scope):
+        model = MODELS.build(model_cfg)
+    model.init_weights()
+    return model.to(device).train()
+
+
+def _generator(seed: int) -> torch.Generator:
+    return torch.Generator().manual_seed(seed)
+
+
+def _image(gen: torch.Generator, height: int, width: int) -> torch.Tensor:
+    return torch.randint(0, 256, (3, height, width), dtype=torch.uint8, generator=gen)
+
+
+def _det_sample(gen, height: int, width: int, num_classes: int, num_objects: int):
+    from mmdet.structures import DetDataSample
+    from mmdet.structures.mask import BitmapMasks
+    from mmengine.structures import InstanceData
+
+    # Boxes of a quarter to a half of the image side, so every level of a pyramid sees some.
+    sizes = torch.rand(num_objects, 2, generator=gen) * 0.25 + 0.25
+    corners = torch.rand(num_objects, 2, generator=gen) * (1 - sizes)
+    scale = torch.tensor([width, height], dtype=torch.float32)
+    x0y0 = (corners * scale).floor()
+    x1y1 = ((corners + sizes) * scale).ceil().minimum(scale)
+    boxes = torch.cat([x0y0, x1y1], dim=1)
+    masks = torch.zeros(num_objects, height, width, dtype=torch.uint8)
+    for i, (x0, y0, x1, y1) in enumerate(boxes.int().tolist()):
+        masks[i, y0:y1, x0:x1] = 1
+    sample = DetDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width),
+                                         scale_factor=(1., 1.)))
+    sample.gt_instances = InstanceData(
+        bboxes=boxes, labels=torch.randint(0, num_classes, (num_objects, ), generator=gen),
+        masks=BitmapMasks(masks.numpy(), height, width))
+    return sample
+
+
+def _seg_sample(gen, height: int, width: int, num_classes: int):
+    from mmengine.structures import PixelData
+    from mmseg.structures import SegDataSample
+
+    sample = SegDataSample(metainfo=dict(img_shape=(height, width), ori_shape=(height, width)))
+    # Blocks of 8x8 pixels per class, so the labels have spatial structure.
+    coarse = torch.randint(0, num_classes, (1, 1, -(-height // 8), -(-width // 8)),
+                           generator=gen)
+    labels = torch.nn.functional.interpolate(coarse.float(), scale_factor=8, mode='nearest')
+    sample.gt_sem_seg = PixelData(data=labels[0, :, :height, :width].long())
+    return sample
+
+
+def _cls_sample(gen, num_classes: int):
+    from mmpretrain.structures import DataSample
+    return DataSample().set_gt_label(int(torch.randint(0, num_classes, (1, ), generator=gen)))
+
+
+def _num_classes(model, task: str) -> int:
+    if task == 'mmdet':
+        roi_head = getattr(model, 'roi_head', None)
+        head = roi_head.bbox_head if roi_head is not None else model.bbox_head
+        return head.num_classes
+    if task == 'mmseg':
+        return model.decode_head.num_classes
+    num_classes = getattr(model.head, 'num_classes', None)
+    return num_classes or model.backbone.num_classes
+
+
+def synthetic_batch(model, batch_size: int, height: int, width: int, seed: int = 0,
+                    num_objects: int = 3, task: Optional[str] = None) -> dict:
+    """A batch as a dataloader gives it: ``dict(inputs=[uint8 CHW], data_samples=[...])``.
+
+    Detection samples carry ``num_objects`` boxes with rectangular masks, segmentation samples
+    a label map of 8x8 blocks, classification samples one label; labels are drawn from the
+    model's own number of classes.
+
+    Args:
+        model: a model built by :func:`build_model_from_config`.
+        batch_size (int): images in the batch.
+        height (int): image height.
+        width (int): image width.
+        seed (int): images and labels depend on it alone. Defaults to 0.
+        num_objects (int): boxes per detection image. Defaults to 3.
+        task (str, optional): ``'mmdet'``, ``'mmseg'`` or ``'mmpretrain'``; by default taken
+            from the model's class (its toolbox).
+    """
+    task = task or type(model).__module__.split('.')[0]
+    if task not in TASKS:
+        raise ValueError(f'cannot tell the task of {type(model).__name__}; pass task= one of '
+                         f'{", ".join(map(repr, TASKS))}')
+    gen = _generator(seed)
+    num_classes = _num_classes(model, task)
+    inputs, samples = [], []
+    for _ in range(batch_size):
+        inputs.append(_image(gen, height, width))
+        if task == 'mmdet':
+            samples.append(_det_sample(gen, height, width, num_classes, num_objects))
+        elif task == 'mmseg':
+            samples.append(_seg_sample(gen, height, width, num_classes))
+        else:
+            samples.append(_cls_sample(gen, num_classes))
+    return dict(inputs=inputs, data_samples=samples)
+
+
+# Classes of the shapes data that ``tools/make_demo_data.py`` writes (COCO and ADE layouts).
+SHAPES = ('circle', 'square', 'triangle')
+SEG_CLASSES = ('background', ) + SHAPES
+SEG_PALETTE = [[120, 120, 120], [220, 20, 60], [0, 130, 230], [250, 170, 30]]
+
+
+def write_user_config(path: str, base: str, data_root: str, work_dir: str,
+                      image_size: int = 96, max_epochs: int = 1, max_iters: int = 2,
+                      **extra) -> str:
+    """Write the config a user would write to train one of ours on their own data: inherit
+    ``base`` (a file under ``configs/``, or an absolute path), point it at the shapes data of
+    ``tools/make_demo_data.py`` with its classes, train from random weights at
+    ``image_size``, and keep the base's model, BatchNorm policy, optimizer and hooks.
+
+    Detection bases (``mask_rcnn_*``, ``retinanet_*``) read ``data_root`` as COCO layout and
+    train ``max_epochs`` epochs; segmentation bases (``upernet_*``) read it as ADE20K layout
+    and train ``max_iters`` iterations with ``image_size`` crops. ``extra`` adds top-level
+    entries (``name=value``) at the end.
+
+    Args:
+        path (str): the config file to write.
+        base (str): the config it inherits.
+        data_root (str): the ``coco/`` or ``ade/`` folder of the generated data.
+        work_dir (str): where the run writes logs and checkpoints.
+        image_size (int): training/testing image side (crop side for segmentation).
+            Defaults to 96.
+        max_epochs (int): detection epochs. Defaults to 1.
+        max_iters (int): segmentation iterations. Defaults to 2.
+
+    Returns:
+        str: ``path``.
+    """
+    root = osp.dirname(osp.dirname(osp.abspath(__file__)))
+    base_path = base if osp.isabs(base) else osp.join(root, 'configs', base)
+    name = osp.basename(base_path)
+    data_root = data_root.rstrip('/') + '/'
+    if name.startswith('upernet'):
+        body = _SEG_USER_CONFIG.format(data_root=data_root, size=image_size,
+                                       classes=SEG_CLASSES, palette=SEG_PALETTE,
+                                       max_iters=max_iters)
+    elif name.startswith(('mask_rcnn', 'retinanet')):
+        roi = ('roi_head=dict(bbox_head=dict(num_classes=len(classes)), '
+               'mask_head=dict(num_classes=len(classes))),\n    '
+               "train_cfg=dict(rpn_proposal=dict(nms_pre=200, max_per_img=100), "
+               'rcnn=dict(sampler=dict(num=64))),\n    '
+               "test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=50), "
+               'rcnn=dict(max_per_img=10))') if name.startswith('mask_rcnn') else \
+            'bbox_head=dict(num_classes=len(classes))'
+        body = _DET_USER_CONFIG.format(data_root=data_root, size=image_size, classes=SHAPES,
+                                       heads=roi, max_epochs=max_epochs)
+    else:
+        raise ValueError(f'write_user_config: cannot tell the task of {name}; allowed bases: '
+                         "'mask_rcnn_*', 'retinanet_*', 'upernet_*'")
+    text = f'_base_ = {base_path!r}\n' + body + f'work_dir = {work_dir!r}\n'
+    text += ''.join(f'{key} = {value!r}\n' for key, value in extra.items())
+    with open(path, 'w') as f:
+        f.write(text)
+    return path
+
+
+_DET_USER_CONFIG = '''
+data_root = {data_root!r}
+classes = {classes!r}
+model = dict(
+    backbone=dict(init_cfg=None),
+    # A small image holds three objects: far fewer proposals and RoIs do.
+    {heads})
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='Resize', scale=({size}, {size}), keep_ratio=True),
+    dict(type='PackDetInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=({size}, {size}), keep_ratio=True),
+    dict(type='LoadAnnotations', with_bbox=True, with_mask=True),
+    dict(type='PackDetInputs',
+         meta_keys=('img_id', 'img_path', 'ori_shape', 'img_shape', 'scale_factor')),
+]
+train_dataloader = dict(
+    batch_size=2, num_workers=0, persistent_workers=False,
+    dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
+                 ann_file='annotations/instances_train2017.json',
+                 data_prefix=dict(img='train2017/'), pipeline=train_pipeline))
+val_dataloader = dict(
+    batch_size=1, num_workers=0, persistent_workers=False,
+    dataset=dict(data_root=data_root, metainfo=dict(classes=classes),
+                 ann_file='annotations/instances_val2017.json',
+                 data_prefix=dict(img='val2017/'), pipeline=test_pipeline))
+test_dataloader = val_dataloader
+val_evaluator = dict(ann_file=data_root + 'annotations/instances_val2017.json')
+test_evaluator = val_evaluator
+train_cfg = dict(max_epochs={max_epochs}, val_interval={max_epochs})
+default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval={max_epochs}))
+'''
+
+_SEG_USER_CONFIG = '''
+data_root = {data_root!r}
+crop_size = ({size}, {size})
+metainfo = dict(classes={classes!r}, palette={palette!r})
+model = dict(
+    data_preprocessor=dict(size=crop_size),
+    backbone=dict(init_cfg=None),
+    decode_head=dict(num_classes=len(metainfo['classes'])),
+    auxiliary_head=dict(num_classes=len(metainfo['classes'])))
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='RandomResize', scale=crop_size, ratio_range=(1.0, 1.5), keep_ratio=True),
+    dict(type='RandomCrop', crop_size=crop_size),
+    dict(type='PackSegInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='Resize', scale=crop_size, keep_ratio=True),
+    dict(type='LoadAnnotations', reduce_zero_label=True),
+    dict(type='PackSegInputs'),
+]
+# The shapes classes are not ADE20K's 150: the generic dataset reads the same layout.
+user_dataset = dict(_delete_=True, type='BaseSegDataset', data_root=data_root, metainfo=metainfo,
+               img_suffix='.jpg', seg_map_suffix='.png', reduce_zero_label=True)
+train_dataloader = dict(
+    batch_size=2, num_workers=0, persistent_workers=False,
+    dataset=dict(**user_dataset, pipeline=train_pipeline,
+                 data_prefix=dict(img_path='images/training',
+                                  seg_map_path='annotations/training')))
+val_dataloader = dict(
+    batch_size=1, num_workers=0, persistent_workers=False,
+    dataset=dict(**user_dataset, pipeline=test_pipeline,
+                 data_prefix=dict(img_path='images/validation',
+                                  seg_map_path='annotations/validation')))
+test_dataloader = val_dataloader
+train_cfg = dict(max_iters={max_iters}, val_interval={max_iters})
+default_hooks = dict(logger=dict(interval=1),
+                     checkpoint=dict(by_epoch=False, interval={max_iters}))
+'''

@@ -1,0 +1,49 @@
+"""Fixtures shared across test modules: the tiny generated datasets, made once per session,
+and two-process (gloo) training runs through tools/dist_train.sh, run once per base config."""
+import os.path as osp
+import socket
+
+import pytest
+
+from detseg_utils import det_user_config, make_tiny_data, run_tool, seg_user_config
+
+# Iterations of each distributed run: DDP's bookkeeping breaks on the second one, so run more.
+DIST_ITERATIONS = 3
+
+
+@pytest.fixture(scope='session')
+def tiny_data(tmp_path_factory):
+    return make_tiny_data(str(tmp_path_factory.mktemp('data')))
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(('127.0.0.1', 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope='session')
+def dist_train(tiny_data, tmp_path_factory):
+    """``dist_train(base)`` -> (config, work_dir, process): a user config inheriting
+    ``configs/<base>`` trained by two CPU processes through tools/dist_train.sh for
+    DIST_ITERATIONS iterations (4 images, batch 2 per process: one iteration per epoch for
+    detection), ending with a checkpoint."""
+    runs = {}
+
+    def run(base: str):
+        if base not in runs:
+            root = tmp_path_factory.mktemp(osp.splitext(base)[0])
+            work = root / 'work'
+            if base.startswith('upernet'):
+                config = seg_user_config(str(root / 'user.py'), osp.join(tiny_data, 'ade'),
+                                         str(work), max_iters=DIST_ITERATIONS, base=base)
+            else:
+                config = det_user_config(str(root / 'user.py'), base,
+                                         osp.join(tiny_data, 'coco'), str(work),
+                                         max_epochs=DIST_ITERATIONS)
+            proc = run_tool(['dist_train.sh', config, '2'], timeout=600,
+                            env=dict(PORT=str(_free_port())))
+            runs[base] = (config, work, proc)
+        return runs[base]
+
+    return run

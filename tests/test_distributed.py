@@ -1,0 +1,187 @@
+"""Distributed training: the invariant DDP relies on (every trainable parameter gets a gradient,
+for every config), the BatchNorm policy of the dense configs, SyncBN on CPU DDP, and
+two-process (gloo) runs of several iterations through tools/dist_train.sh."""
+import glob
+import math
+import os.path as osp
+import re
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.logging import MMLogger
+from torch.nn.modules.batchnorm import SyncBatchNorm, _BatchNorm
+
+import cvt_mm  # noqa: F401
+from conftest import DIST_ITERATIONS
+from cvt_mm.distributed import revert_sync_batchnorm_for_cpu
+from cvt_mm.models import CMT, CvT
+from cvt_mm.testing import build_model_from_config, synthetic_batch
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+ALL_CONFIGS = sorted(
+    osp.relpath(p, ROOT) for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'),
+                                            recursive=True)
+    if '_base_' not in p)
+# The dense configs for GPUs; configs/demo/ trains from scratch on a CPU.
+DET_CONFIGS = [c for c in ALL_CONFIGS
+               if osp.basename(c).startswith('mask_rcnn') and '/demo/' not in c]
+SEG_CONFIGS = [c for c in ALL_CONFIGS
+               if osp.basename(c).startswith('upernet') and '/demo/' not in c]
+# Small inputs per task: what the gradient check needs is every layer run once.
+INPUT_SIZES = dict(mmdet=(96, 128), mmseg=(64, 64), mmpretrain=(64, 64))
+
+
+def parameters_without_gradient(model) -> list:
+    return [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
+
+
+def one_training_backward(model, height, width):
+    """What one training iteration computes before the optimizer step (forward on a batch
+    through the data preprocessor, loss, backward)."""
+    batch = synthetic_batch(model, batch_size=2, height=height, width=width)
+    data = model.data_preprocessor(batch, training=True)
+    loss, _ = model.parse_losses(model(**data, mode='loss'))
+    loss.backward()
+    return loss
+
+
+def test_the_config_list_covers_every_task():
+    tasks = {Config.fromfile(osp.join(ROOT, c)).default_scope for c in ALL_CONFIGS}
+    assert tasks == {'mmdet', 'mmseg', 'mmpretrain'}
+    assert len(ALL_CONFIGS) >= 20
+
+
+@pytest.mark.parametrize('config', ALL_CONFIGS)
+def test_one_step_gives_every_trainable_parameter_a_gradient(config):
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    torch.manual_seed(0)
+    model = build_model_from_config(cfg)
+    height, width = INPUT_SIZES[cfg.default_scope]
+    if cfg.default_scope == 'mmseg':
+        model.data_preprocessor.size = (height, width)  # not the config's 512 crop
+    loss = one_training_backward(model, height, width)
+    assert math.isfinite(loss.item())
+    assert parameters_without_gradient(model) == []
+    # Whatever takes no gradient is frozen on purpose, and only in dense configs.
+    frozen = [n for n, p in model.named_parameters() if not p.requires_grad]
+    if cfg.default_scope == 'mmpretrain':
+        assert frozen == []
+    else:
+        assert frozen and all(n.startswith('backbone.') for n in frozen)
+
+
+def test_the_gradient_check_catches_a_trainable_classification_stage():
+    """The check above can fail: the pre-fix behaviour (classification stage trainable in a
+    dense model) leaves parameters without gradient, which is what broke DDP."""
+    torch.manual_seed(0)
+    model = build_model_from_config(osp.join(ROOT, 'configs', 'mask_rcnn_cvt13_coco.py'))
+    model.backbone.norm.requires_grad_(True)
+    one_training_backward(model, *INPUT_SIZES['mmdet'])
+    assert parameters_without_gradient(model) == ['backbone.norm.weight', 'backbone.norm.bias']
+
+
+@pytest.mark.parametrize('backbone, classification', [
+    (lambda **kw: CvT('13', **kw), ('norm', 'head')),
+    (lambda **kw: CMT('ti', **kw), ('cls_proj', 'head')),
+], ids=['CvT', 'CMT'])
+def test_featmap_mode_freezes_exactly_what_its_forward_does_not_use(backbone, classification):
+    dense = backbone(out_indices=(0, 1), num_classes=10)
+    # The classification stage and every stage after stage 1.
+    unused = classification + tuple(f'stages.{i}' for i in range(2, len(dense.stages)))
+
+    def is_unused(name):
+        return any(name == u or name.startswith(u + '.') for u in unused)
+
+    frozen = {n for n, p in dense.named_parameters() if not p.requires_grad}
+    assert frozen == {n for n, _ in dense.named_parameters() if is_unused(n)}
+    # Frozen parts stay in eval mode through train(), as frozen_stages do.
+    dense.train()
+    assert not any(m.training for n, m in dense.named_modules() if is_unused(n))
+    assert dense.stages[1].training
+    # The classification stage still works: the loaded head gives logits.
+    x = torch.randn(1, 3, 64, 64)
+    assert dense.classify(x).shape == (1, 10)
+    # A classifier trains all of it.
+    logits_model = backbone(out_type='logits', num_classes=10)
+    assert all(p.requires_grad for p in logits_model.parameters())
+
+
+@pytest.mark.parametrize('config', DET_CONFIGS)
+def test_detection_configs_keep_the_imagenet_batchnorm_statistics(config):
+    """Detection policy (2 images per GPU): norm_eval=True, the BN affine parameters train."""
+    model = build_model_from_config(osp.join(ROOT, config))
+    model.train()
+    norms = [m for m in model.backbone.modules() if isinstance(m, _BatchNorm)]
+    assert norms and model.backbone.norm_eval is True
+    assert not any(m.training for m in norms)
+    trained = [m for m in norms if m.weight.requires_grad]
+    assert trained  # the classification stage's BN is frozen, the others train
+    before = [m.running_mean.clone() for m in norms]
+    one_training_backward(model, *INPUT_SIZES['mmdet'])
+    assert all(torch.equal(b, m.running_mean) for b, m in zip(before, norms))
+    assert all(m.weight.grad is not None for m in trained)
+
+
+def test_the_from_scratch_demo_trains_its_batchnorm_statistics():
+    """No ImageNet statistics to keep: the CPU demo's backbone BatchNorm trains."""
+    model = build_model_from_config(osp.join(ROOT, 'configs', 'demo',
+                                             'mask_rcnn_cvt13_demo.py'))
+    norms = [m for n, m in model.backbone.named_modules()
+             if isinstance(m, _BatchNorm) and n.startswith('stages.')]
+    assert norms and all(m.training for m in norms)
+
+
+@pytest.mark.parametrize('config', SEG_CONFIGS)
+def test_segmentation_configs_synchronise_every_batchnorm_across_gpus(config):
+    """Segmentation policy: MMEngine converts every BN (backbone included) to SyncBN when
+    training is distributed (`sync_bn='torch'`), and the backbone's statistics train."""
+    cfg = Config.fromfile(osp.join(ROOT, config))
+    assert cfg.sync_bn == 'torch'
+    assert cfg.model.backbone.get('norm_eval', False) is False
+
+
+def test_syncbn_is_reverted_for_cpu_ddp_with_one_log_line(capsys):
+    model = build_model_from_config(osp.join(ROOT, 'configs', 'upernet_cvt13_ade20k.py'))
+    syncbn = [m for m in model.modules() if isinstance(m, SyncBatchNorm)]
+    params = {id(p) for p in model.parameters()}
+    assert syncbn  # MMSegmentation's heads
+    MMLogger.get_instance('cvt_mm_test_revert')
+    model = revert_sync_batchnorm_for_cpu(model)
+    assert not any(isinstance(m, SyncBatchNorm) for m in model.modules())
+    assert {id(p) for p in model.parameters()} == params  # the same parameters, not copies
+    assert f'{len(syncbn)} SyncBN layers converted to BatchNorm' in capsys.readouterr().out
+    # Nothing to convert: the model comes back unchanged, without a log line.
+    assert revert_sync_batchnorm_for_cpu(model) is model
+    assert 'SyncBN' not in capsys.readouterr().out
+
+
+def logged_train_iterations(log: str) -> list:
+    return re.findall(r'(?:Epoch|Iter)\(train\)\s*(?:\[\d+\])?\s*\[\s*\d+/\d+\].*', log)
+
+
+@pytest.mark.parametrize('base, checkpoint', [
+    ('mask_rcnn_cvt13_coco.py', f'epoch_{DIST_ITERATIONS}.pth'),
+    ('mask_rcnn_cmt_s_coco.py', f'epoch_{DIST_ITERATIONS}.pth'),
+    ('upernet_cvt13_ade20k.py', f'iter_{DIST_ITERATIONS}.pth'),
+])
+def test_two_processes_train_several_iterations(dist_train, base, checkpoint):
+    config, work, proc = dist_train(base)
+    log = proc.stdout + proc.stderr
+    assert 'Distributed training: True' in log and 'GPU number: 2' in log, log[-3000:]
+    lines = logged_train_iterations(log)
+    # Both ranks run every iteration; rank 0 logs each of them with a finite loss.
+    assert len(lines) == DIST_ITERATIONS, lines
+    for line in lines:
+        loss = float(re.search(r'\bloss: ([-\d.e+na]+)', line).group(1))
+        assert math.isfinite(loss), line
+    assert osp.isfile(work / checkpoint)
+    reverted = re.search(r'(\d+) SyncBN layers converted to BatchNorm', log)
+    if base.startswith('upernet'):
+        # sync_bn='torch' made every BatchNorm a SyncBN (backbone included), then the CPU
+        # wrapper reverted all of them.
+        model = build_model_from_config(config)
+        assert reverted and int(reverted.group(1)) == sum(
+            isinstance(m, _BatchNorm) for m in model.modules())
+    else:
+        assert reverted is None
