@@ -7,6 +7,7 @@ model wrapper for distributed training without CUDA (see ``cvt_mm.distributed``)
 """
 from . import checkpoint_compat  # noqa: F401  (side effect: allow MMEngine's own types)
 from . import distributed  # noqa: F401  (side effect: register CPUDistributedDataParallel)
+from . import toolbox_compat  # noqa: F401  (side effect: mmpretrain beside transformers >= 5)
 from . import models  # noqa: F401  (side effect: register the backbones)
 
 __version__ = '0.1.0'

@@ -1,0 +1,48 @@
+"""MMPretrain 1.2.0 beside transformers 5 (what GPU images ship): importing cvt_mm keeps
+``mmpretrain.models`` and our classification configs working."""
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import pytest
+
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
+
+
+@pytest.fixture(scope='module')
+def with_transformers5(tmp_path_factory):
+    """PYTHONPATH with a real transformers 5 installed into a temporary folder."""
+    target = tmp_path_factory.mktemp('transformers5')
+    proc = subprocess.run([sys.executable, '-m', 'pip', 'install', '-q',
+                           '--disable-pip-version-check', '--target', str(target), TRANSFORMERS],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        pytest.skip(f'could not install {TRANSFORMERS} (no package index?): '
+                    f'{proc.stderr.strip().splitlines()[-1:]}')
+    return dict(os.environ, PYTHONPATH=str(target))
+
+
+def run_python(code: str, env: dict) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
+                          text=True, timeout=300)
+
+
+def test_plain_mmpretrain_breaks_beside_transformers5(with_transformers5):
+    proc = run_python('import transformers, mmpretrain.models', with_transformers5)
+    assert proc.returncode != 0 and 'blip' in proc.stderr  # the multimodal models
+
+
+def test_cvt_mm_keeps_the_classification_configs_working(with_transformers5):
+    code = '''
+import transformers
+assert transformers.__version__.startswith('5.'), transformers.__version__
+import cvt_mm
+from cvt_mm.testing import build_model_from_config
+model = build_model_from_config('configs/imagenet_cvt13_300e_in1k.py')
+print(type(model).__name__, type(model.backbone).__name__)
+'''
+    proc = run_python(code, with_transformers5)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'ImageClassifier CvT' in proc.stdout
