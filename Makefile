@@ -1,7 +1,10 @@
-# Two entry points; both create/refresh .venv first (instant when it is up to date).
+# Entry points; those that run code first create/refresh .venv (instant when it is up to date).
 PY := .venv/bin/python
+PYVER ?= 3.12
+WHEELHOUSE ?=
+GPU_CHECK_OUT ?= outputs/gpu_check.json
 
-.PHONY: env demo test
+.PHONY: env demo test gpu-check wheelhouse
 env:
 	bash tools/setup_env.sh
 
@@ -10,3 +13,21 @@ demo: env
 
 test: env
 	$(PY) -m pytest tests
+
+# On a CUDA machine after `make test`: one table of CUDA checks (tools/analysis_tools/gpu_check.py);
+# without CUDA, a small rehearsal of the same checks on the CPU. With WHEELHOUSE=DIR (an offline
+# GPU node with its own CUDA torch) the stack is first installed from DIR into .gpu-site.
+gpu-check:
+	@start=$$(date +%s); \
+	if [ -n "$(WHEELHOUSE)" ]; then \
+		bash tools/misc/setup_gpu_node.sh "$(WHEELHOUSE)" && \
+		. "$${CVT_MM_GPU_SITE:-.gpu-site}/env.sh" && py=$${PYTHON:-python3}; \
+	else \
+		bash tools/setup_env.sh && py=$(PY); \
+	fi && \
+	$$py tools/analysis_tools/gpu_check.py --out "$(GPU_CHECK_OUT)" \
+		--setup-seconds $$(( $$(date +%s) - start ))
+
+# Where PyPI is reachable: what `make gpu-check WHEELHOUSE=...` installs on an offline node.
+wheelhouse:
+	bash tools/misc/make_wheelhouse.sh $(PYVER) $(or $(WHEELHOUSE),wheelhouse)

@@ -5,7 +5,7 @@ import os.path as osp
 import subprocess
 import sys
 
-from cvt_mm.testing import SHAPES, write_user_config  # noqa: F401  (re-exported)
+from cvt_mm.testing import write_user_config
 from tool_loader import load_tool  # noqa: F401  (re-exported for the detseg tests)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

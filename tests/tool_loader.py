@@ -7,13 +7,15 @@ TOOLS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools')
 
 
 def load_tool(name: str):
-    """Import tools/<name>.py as a module. Its folder is put on sys.path because the scripts
+    """Import tools/<name>.py as a module (``name`` may hold a subfolder:
+    ``'analysis_tools/gpu_check'``). Its folder is put on sys.path because the scripts
     import their helpers (launch_utils, convert_weights) from there; appended, not prepended,
     so tools/test.py cannot shadow the standard library's `test` package."""
     if TOOLS not in sys.path:
         sys.path.append(TOOLS)
-    spec = importlib.util.spec_from_file_location(f'cvt_mm_tool_{name}',
+    spec = importlib.util.spec_from_file_location(f'cvt_mm_tool_{name.replace("/", "_")}',
                                                   osp.join(TOOLS, f'{name}.py'))
     module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)
     return module
