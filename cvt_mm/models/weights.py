@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import pickle
 import re
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
@@ -106,16 +107,105 @@ def download_hint(path: str, family: Optional[str] = None) -> str:
             'this project\'s layout):\n' + '\n'.join(lines))
 
 
+_ZIP_MAGIC = b'PK\x03\x04'  # torch.save's default (zip) format
+_PICKLE_PROTOCOL_BYTE = 0x80  # torch.save's legacy format: a pickle stream
+
+
+def sniff_file(path: str) -> str:
+    """What a file holds, from its first bytes: ``'empty'``, ``'html'``, ``'zip'``,
+    ``'pickle'``, ``'safetensors'`` or ``'unknown'``."""
+    with open(path, 'rb') as f:
+        head = f.read(1024)
+    if not head:
+        return 'empty'
+    text = head.lstrip()[:256].lower()
+    if text.startswith((b'<!doctype html', b'<html', b'<head', b'<?xml')) or b'<html' in text:
+        return 'html'
+    if head.startswith(_ZIP_MAGIC):
+        return 'zip'
+    if head[0] == _PICKLE_PROTOCOL_BYTE and len(head) > 1 and 2 <= head[1] <= 5:
+        return 'pickle'
+    # safetensors: an 8-byte little-endian header length, then the JSON header.
+    if len(head) > 8 and head[8:9] == b'{' and int.from_bytes(head[:8], 'little') < 100 << 20:
+        return 'safetensors'
+    return 'unknown'
+
+
+def _not_a_file_error(path: str, family: Optional[str]) -> CheckpointError:
+    if re.match(r'^[a-z][a-z0-9+.-]*://', path, re.I):
+        return CheckpointError(
+            f'checkpoint {path} is a URL; download the file first and point to it by path'
+            f'{download_hint(path, family)}')
+    if os.path.isdir(path):
+        inside = sorted(f for f in os.listdir(path)
+                        if f.endswith(('.pth', '.pt', '.bin', '.ckpt', '.safetensors')))
+        found = f' (weight files inside: {", ".join(inside[:8])})' if inside else \
+            ' (no .pth/.pt/.bin/.ckpt/.safetensors file inside)'
+        return CheckpointError(f'checkpoint {path} is a directory, not a file{found}; '
+                               'point to the weight file itself')
+    return CheckpointError(f'checkpoint file not found: {path}{download_hint(path, family)}')
+
+
+def _unreadable_error(path: str, kind: str, err: Exception,
+                      family: Optional[str]) -> CheckpointError:
+    """The reason a file could not be read, in the user's terms; never advice to turn safe
+    loading off (torch's own message suggests ``weights_only=False``)."""
+    size = os.path.getsize(path)
+    hint = download_hint(path, family) or '\nDownload it again from where it is published.'
+    if kind == 'empty':
+        return CheckpointError(f'checkpoint {path} is empty (0 bytes): an interrupted download '
+                               f'or copy left it; download it again.{hint}')
+    if kind == 'html':
+        return CheckpointError(
+            f'checkpoint {path} is an HTML page ({size} bytes), not a weight file: a download '
+            'from a sharing link (OneDrive, Google Drive, a release page) saved the web page '
+            'instead of the file. Open the link in a browser and use its download button, or '
+            f'a direct download link.{hint}')
+    if kind == 'unknown':
+        return CheckpointError(
+            f'checkpoint {path} ({size} bytes) is not a weight file: it is neither a torch.save '
+            'zip archive, nor a pickle, nor a safetensors file. Check that the download '
+            f'completed and that this is the file you meant.{hint}')
+    message = str(err)
+    if isinstance(err, pickle.UnpicklingError) or 'weights_only' in message:
+        found = re.search(r'GLOBAL ([\w.]+)', message)
+        what = f' ({found.group(1)})' if found else ''
+        return CheckpointError(
+            f'checkpoint {path} holds pickled Python objects{what} besides tensors, which safe '
+            'loading refuses: unpickling them could run arbitrary code. Use a weights-only '
+            'file (a state dict of tensors) from a source you trust, or a .safetensors file.')
+    if kind == 'zip' and ('central directory' in message or 'zip archive' in message):
+        return CheckpointError(f'checkpoint {path} ({size} bytes) is a truncated or damaged '
+                               f'torch zip archive: download it again.{hint}')
+    if isinstance(err, EOFError) or 'truncated' in message.lower():
+        return CheckpointError(f'checkpoint {path} ({size} bytes) ends too early ({kind} file '
+                               f'cut short): download it again.{hint}')
+    return CheckpointError(f'cannot read checkpoint {path} ({kind} file, {size} bytes): '
+                           f'{type(err).__name__}: {message}')
+
+
 def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
     """Read a ``.pth``/``.pt``/``.bin``/``.ckpt`` (safe unpickling) or ``.safetensors`` file.
-    ``family`` only enriches the "file not found" error with where to download weights."""
+
+    A path that is not a readable weight file (missing, a URL, a directory, empty, an HTML
+    page, truncated, carrying pickled objects) raises :class:`CheckpointError` saying which of
+    these it is and what to do. ``family`` (``'cvt'``, ``'cmt'``) adds where that family's
+    weights are published.
+
+    Example::
+
+        >>> ckpt = read_checkpoint('checkpoints/cmt_small.pth', 'cmt')
+    """
     if not isinstance(path, (str, os.PathLike)):
         raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
     path = os.fspath(path)
     if not os.path.isfile(path):
-        raise CheckpointError(f'checkpoint file not found: {path}{download_hint(path, family)}')
+        raise _not_a_file_error(path, family)
+    kind = sniff_file(path)
+    if kind in ('empty', 'html', 'unknown'):
+        raise _unreadable_error(path, kind, None, family)
     try:
-        if path.endswith('.safetensors'):
+        if kind == 'safetensors' or path.endswith('.safetensors'):
             from safetensors.torch import load_file
             return dict(load_file(path, device='cpu'))
         # DeiT/timm-style training scripts (CMT's among them) store their argparse Namespace
@@ -123,8 +213,7 @@ def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
         with torch.serialization.safe_globals([argparse.Namespace]):
             return torch.load(path, map_location='cpu', weights_only=True)
     except Exception as err:  # noqa: BLE001 - re-raised with the path, the cause kept
-        raise CheckpointError(f'cannot read checkpoint {path}: {type(err).__name__}: {err}') \
-            from err
+        raise _unreadable_error(path, kind, err, family) from err
 
 
 def extract_state_dict(ckpt: dict, prefix: Optional[str] = None) -> Tuple[StateDict, int]:
