@@ -425,6 +425,7 @@ def test_with_cp_gives_the_same_gradients():
     (dict(arch={**TINY, 'num_heads': [3, 2, 4, 8]}), 'divisible by num_heads'),
     (dict(out_type='tokens'), r"out_type='tokens' is not supported; allowed: 'featmap'"),
     (dict(out_indices=(0, 4)), r'out_indices contains 4.*allowed: 0\.\.3'),
+    (dict(out_indices=[]), r'out_indices is empty'),
     (dict(frozen_stages=5), r'frozen_stages must be an int in -1\.\.4'),
     (dict(num_classes=0, out_type='logits'), 'num_classes must be > 0'),
     (dict(drop_path_rate=1.5), r'drop_path_rate must be in \[0, 1\)'),
@@ -443,6 +444,18 @@ def test_bad_inputs_raise_value_error():
         model(torch.randn(1, 3, 31, 64))
     with pytest.raises(ValueError, match=r'\(B, 3, H, W\).*\(1, 1, 64, 64\)'):
         model(torch.randn(1, 1, 64, 64))
+    with pytest.raises(ValueError, match=r'empty batch \(0 images\)'):
+        model(torch.randn(0, 3, 64, 64))
+
+
+def test_training_minimum_for_a_batch_of_one_is_checked():
+    model = tiny().train()
+    with pytest.raises(ValueError, match=r"batch of 1 at this size: stage 0's smallest map is "
+                                         r'1x1.*inputs of at least 33 pixels'):
+        model(torch.randn(1, 3, 32, 32))
+    model(torch.randn(1, 3, 32, 33))  # the stated minimum works
+    model(torch.randn(2, 3, 32, 32))
+    model.eval()(torch.randn(1, 3, 32, 32))
 
 
 # ------------------------------------------------------------------------------ OpenMMLab scopes

@@ -506,6 +506,7 @@ def test_converter_writes_our_layout(tmp_path, source, capsys):
     (dict(arch=dict(TINY, num_heads=[1, 2, 5])), 'not divisible'),
     (dict(arch=dict(TINY, depths=[1, 1])), '3 positive ints'),
     (dict(out_indices=(0, 3)), r'0\.\.2'),
+    (dict(out_indices=()), r'out_indices is empty; name at least one of the stages 0\.\.2'),
     (dict(out_type='maps'), "'featmap', 'logits'"),
     (dict(out_type='logits', num_classes=0), 'num_classes must be > 0'),
     (dict(num_classes=-1), 'num_classes'),
@@ -522,10 +523,25 @@ def test_bad_options_raise_value_error(kwargs, match):
 
 @pytest.mark.parametrize('shape,match', [((3, 64, 64), r'\(B, C, H, W\)'),
                                          ((1, 1, 64, 64), 'in_channels=3'),
-                                         ((1, 3, 31, 64), 'at least 32x32')])
+                                         ((1, 3, 31, 64), 'at least 32x32'),
+                                         ((0, 3, 64, 64), r'empty batch \(0 images\)')])
 def test_bad_inputs_raise_value_error(shape, match):
     model = tiny()
     with pytest.raises(ValueError, match=match):
         model(torch.randn(*shape))
     with pytest.raises(ValueError, match=match):
         model.classify(torch.randn(*shape))
+
+
+def test_training_minimum_for_a_batch_of_one_is_checked():
+    """BatchNorm needs two values per channel: batch 1 at 32x32 leaves the last stage's
+    key/value map 1x1. The message says so and what works; eval and norm_eval are fine."""
+    model = tiny().train()
+    with pytest.raises(ValueError, match=r"batch of 1 at this size: stage 2's key/value map is "
+                                         r'1x1.*at least 2, inputs of at least 35 pixels'):
+        model(torch.randn(1, 3, 32, 32))
+    model(torch.randn(1, 3, 35, 32))  # the stated minimum works
+    model(torch.randn(2, 3, 32, 32))  # so does a second image
+    tiny(norm_eval=True).train()(torch.randn(1, 3, 32, 32))
+    tiny(out_indices=(0, 1)).train()(torch.randn(1, 3, 32, 32))  # stage 2 does not run
+    model.eval()(torch.randn(1, 3, 32, 32))

@@ -33,8 +33,9 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from ..registry import MODELS
-from .layers import (attention, batchnorm_eval, check_choice, check_indices, freeze_modules,
-                     nchw_to_nlc, nlc_to_nchw, stochastic_depth_rates, trunc_normal_init_)
+from .layers import (attention, batchnorm_eval, check_batchnorm_statistics, check_choice,
+                     check_indices, freeze_modules, nchw_to_nlc, nlc_to_nchw,
+                     stochastic_depth_rates, trunc_normal_init_)
 from .weights import CheckpointError, load_pretrained
 
 Grid = Tuple[int, int]
@@ -56,6 +57,8 @@ ARCH_DEFAULTS = dict(num_heads=[1, 2, 4, 8], sr_ratios=[8, 4, 2, 1], mlp_ratio=4
 REQUIRED_ARCH_KEYS = ('embed_dims', 'num_heads', 'depths')
 NUM_STAGES = 4
 MIN_INPUT_SIZE = 32
+# Training a batch of 1 with BatchNorm statistics needs 2 tokens in the stride-32 stage.
+MIN_TRAIN_SIDE_BATCH_1 = 33
 
 
 def _ceil_div(a: int, b: int) -> int:
@@ -498,13 +501,23 @@ class CMT(BaseModule):
         return self
 
     # ---------------------------------------------------------------- forward
-    def _check_input(self, x: torch.Tensor):
-        if x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(f'CMT expects (B, {self.in_channels}, H, W) images, got shape '
-                             f'{tuple(x.shape)}')
+    def _check_input(self, x: torch.Tensor, last_stage: int):
+        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != self.in_channels:
+            raise ValueError(f'CMT expects (B, {self.in_channels}, H, W) images, got '
+                             f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}')
+        if x.shape[0] == 0:
+            raise ValueError('CMT got an empty batch (0 images)')
         if min(x.shape[-2:]) < MIN_INPUT_SIZE:
             raise ValueError(f'CMT needs inputs of at least {MIN_INPUT_SIZE}x{MIN_INPUT_SIZE} '
                              f'(stride 32), got {x.shape[-2]}x{x.shape[-1]}')
+        if self.training:
+            # The smallest BatchNorm input of the stages that run: a stage's key/value map
+            # (sr conv) or, without reduction, its token map (IRFFN).
+            grids = stage_grids(tuple(x.shape[-2:]), self.arch_settings['sr_ratios'])
+            area, i, grid = min((g[1][0] * g[1][1], i, g[1])
+                                for i, g in enumerate(grids[:last_stage + 1]))
+            check_batchnorm_statistics(self, x.shape[0], grid, f'stage {i}\'s smallest map',
+                                       MIN_TRAIN_SIDE_BATCH_1)
 
     def _run_stages(self, x: torch.Tensor, last: int) -> list:
         """[(NLC tokens, (h, w)), ...] of stages 0..last."""
@@ -519,7 +532,7 @@ class CMT(BaseModule):
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         """(B, num_classes) logits of the official classification stage (pooled 1280-d
         features when ``num_classes=0``)."""
-        self._check_input(x)
+        self._check_input(x, NUM_STAGES - 1)
         tokens, hw = self._run_stages(x, NUM_STAGES - 1)[-1]
         x = self.cls_proj(nlc_to_nchw(tokens, hw))
         return self.head(self.head_drop(x.mean(dim=(2, 3))))
@@ -527,7 +540,7 @@ class CMT(BaseModule):
     def forward(self, x: torch.Tensor) -> tuple:
         if self.out_type == 'logits':
             return (self.classify(x), )
-        self._check_input(x)
+        self._check_input(x, max(self.out_indices))
         stage_outs = self._run_stages(x, max(self.out_indices))
         outs = []
         for i in self.out_indices:

@@ -25,9 +25,9 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from ..registry import MODELS
-from .layers import (FP32LayerNorm, QuickGELU, attention, batchnorm_eval, check_choice,
-                     check_indices, freeze_modules, nchw_to_nlc, nlc_to_nchw,
-                     trunc_normal_init_)
+from .layers import (FP32LayerNorm, QuickGELU, attention, batchnorm_eval,
+                     check_batchnorm_statistics, check_choice, check_indices, freeze_modules,
+                     nchw_to_nlc, nlc_to_nchw, trunc_normal_init_)
 from .weights import load_pretrained
 
 ARCH_SETTINGS = {
@@ -43,6 +43,18 @@ NUM_STAGES = 3
 MLP_RATIO = 4
 # Below this the last stage's map (stride 16) would be a single token or none.
 MIN_INPUT_SIZE = 32
+# Training a batch of 1 with BatchNorm statistics needs a key/value map of 2 tokens in the
+# last stage (stride 2 on the stride-16 map): 35 pixels on one side (see stage_sizes).
+MIN_TRAIN_SIDE_BATCH_1 = 35
+
+
+def stage_sizes(hw: Sequence[int]) -> List[Tuple[int, int]]:
+    """(h, w) of each stage's token map for an input of ``hw`` (strides 4, 8, 16)."""
+    sizes, (h, w) = [], hw
+    for k, st, p in zip(PATCH_KERNELS, PATCH_STRIDES, PATCH_PADDINGS):
+        h, w = (h + 2 * p - k) // st + 1, (w + 2 * p - k) // st + 1
+        sizes.append((h, w))
+    return sizes
 
 
 class ConvTokenEmbed(nn.Module):
@@ -327,16 +339,24 @@ class CvT(BaseModule):
     # ---------------------------------------------------------------------------------------
     # Forward
     # ---------------------------------------------------------------------------------------
-    def _check_input(self, x: torch.Tensor) -> None:
+    def _check_input(self, x: torch.Tensor, last_stage: int) -> None:
         if not isinstance(x, torch.Tensor) or x.dim() != 4:
             raise ValueError('CvT expects a (B, C, H, W) tensor, got '
                              f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}')
+        if x.shape[0] == 0:
+            raise ValueError('CvT got an empty batch (0 images)')
         if x.shape[1] != self.in_channels:
             raise ValueError(f'CvT was built for in_channels={self.in_channels}, '
                              f'got an input with {x.shape[1]} channels')
         if min(x.shape[2:]) < MIN_INPUT_SIZE:
             raise ValueError(f'CvT needs inputs of at least {MIN_INPUT_SIZE}x{MIN_INPUT_SIZE}, '
                              f'got {tuple(x.shape[2:])}')
+        if self.training:
+            # The smallest BatchNorm input: the last stage's stride-2 key/value projection.
+            kv = [-(-n // 2) for n in stage_sizes(x.shape[2:])[last_stage]]
+            check_batchnorm_statistics(self, x.shape[0], kv,
+                                       f"stage {last_stage}'s key/value map",
+                                       MIN_TRAIN_SIDE_BATCH_1)
 
     def _run_stages(self, x: torch.Tensor, last_stage: int):
         """Run stages 0..last_stage; return their maps and the last stage's cls token."""
@@ -352,14 +372,14 @@ class CvT(BaseModule):
 
     def classify(self, x: torch.Tensor) -> torch.Tensor:
         """Official ImageNet logits ``(B, num_classes)`` (normalised cls token if no head)."""
-        self._check_input(x)
+        self._check_input(x, NUM_STAGES - 1)
         _, cls_token = self._run_stages(x, NUM_STAGES - 1)
         return self._logits(cls_token)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
         if self.out_type == 'logits':
             return (self.classify(x), )
-        self._check_input(x)
+        self._check_input(x, max(self.out_indices))
         maps, _ = self._run_stages(x, max(self.out_indices))
         outs = []
         for i in self.out_indices:

@@ -124,6 +124,9 @@ def check_indices(name: str, indices, num_stages: int) -> tuple:
         indices = tuple(int(i) for i in indices)
     except TypeError:
         raise ValueError(f'{name} must be an int or a sequence of ints, got {indices!r}')
+    if not indices:
+        raise ValueError(f'{name} is empty; name at least one of the stages '
+                         f'0..{num_stages - 1}')
     out = []
     for i in indices:
         j = i + num_stages if i < 0 else i
@@ -134,6 +137,22 @@ def check_indices(name: str, indices, num_stages: int) -> tuple:
     if len(set(out)) != len(out):
         raise ValueError(f'{name}={indices!r} repeats a stage')
     return tuple(out)
+
+
+def check_batchnorm_statistics(model: nn.Module, batch: int, smallest_map: Sequence[int],
+                               where: str, min_side_for_batch_1: int) -> None:
+    """BatchNorm in training mode needs more than one value per channel; raise a clear
+    ``ValueError`` when ``batch`` images give its smallest normalised map (``where``,
+    ``smallest_map`` = (h, w)) only one, instead of PyTorch's error from deep inside."""
+    if batch * smallest_map[0] * smallest_map[1] > 1:
+        return
+    if not any(isinstance(m, _BatchNorm) and m.training for m in model.modules()):
+        return
+    raise ValueError(
+        f'{type(model).__name__} cannot train on a batch of {batch} at this size: {where} is '
+        f'{smallest_map[0]}x{smallest_map[1]}, so its BatchNorm sees one value per channel. '
+        f'Use a batch of at least 2, inputs of at least {min_side_for_batch_1} pixels on one '
+        'side, or norm_eval=True (BatchNorm on its running statistics).')
 
 
 def freeze_modules(modules: Sequence[nn.Module]) -> None:
