@@ -76,3 +76,15 @@ def test_image_demo_writes_a_picture(task, det_run, seg_run, tiny_data, tmp_path
     from PIL import Image
     with Image.open(out) as picture:
         assert picture.size == Image.open(image).size
+
+
+@pytest.mark.parametrize('content, message', [
+    (b'', r'is empty \(0 bytes\)'),
+    (b'<html>not an image</html>', r'cannot decode .* as an image'),
+])
+def test_image_demo_rejects_files_that_are_not_images(tmp_path, content, message):
+    from tool_loader import load_tool
+    image = tmp_path / 'photo.jpg'
+    image.write_bytes(content)
+    with pytest.raises(ValueError, match=message):
+        load_tool('image_demo').parse_args([str(image), 'config.py', 'ckpt.pth'])

@@ -91,3 +91,20 @@ def test_legacy_and_safetensors_files_are_still_read(tmp_path):
 def test_prefix_must_exist(tmp_path):
     with pytest.raises(CheckpointError, match="prefix 'neck.'"):
         extract_state_dict({'state_dict': {'backbone.w': torch.ones(1)}}, prefix='neck.')
+
+
+def test_convert_weights_to_an_unwritable_path_names_it(tmp_path, capsys):
+    from tool_loader import load_tool
+    converter = load_tool('convert_weights')
+    src = tmp_path / 'ours.pth'
+    from cvt_mm.models import CMT
+    torch.save(CMT(arch=dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8],
+                             depths=[1, 1, 1, 1]), pretrain_img_size=64).state_dict(), src)
+    blocker = tmp_path / 'a_file'
+    blocker.write_text('not a folder')
+    for dst in (str(blocker / 'out.pth'), '/proc/cvt_mm_cannot_write_here.pth'):
+        assert converter.main([str(src), dst]) == 1
+        err = capsys.readouterr().err
+        assert f'cannot write {dst}:' in err and 'enforce fail' not in err, err
+    assert converter.main([str(src), str(tmp_path / 'ok.pth')]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['a_file', 'ok.pth', 'ours.pth']

@@ -52,13 +52,29 @@ def convert(src: str, dst: str, family=None, prefix=None, add_prefix: str = '') 
     sd = {add_prefix + k: v.detach().clone().contiguous() for k, v in sd.items()}
     meta = dict(family=weights.format_family(fmt_name), source=os.path.abspath(src),
                 source_format=fmt_name, dropped_wrapper_keys=dropped, num_tensors=len(sd))
-    os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
-    if dst.endswith('.safetensors'):
-        from safetensors.torch import save_file
-        save_file(sd, dst, metadata={k: str(v) for k, v in meta.items()})
-    else:
-        torch.save({'state_dict': sd, 'meta': meta}, dst)
+    save_atomically(sd, meta, dst)
     return meta
+
+
+def save_atomically(sd: dict, meta: dict, dst: str) -> None:
+    """Write under a temporary name, then rename: an interrupted or failed write never leaves
+    a truncated file under ``dst``. Failures name the path and the reason."""
+    tmp = f'{dst}.tmp{os.getpid()}'
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(dst)), exist_ok=True)
+        if dst.endswith('.safetensors'):
+            from safetensors.torch import save_file
+            save_file(sd, tmp, metadata={k: str(v) for k, v in meta.items()})
+        else:
+            torch.save({'state_dict': sd, 'meta': meta}, tmp)
+        os.replace(tmp, dst)
+    except (OSError, RuntimeError) as err:
+        reason = getattr(err, 'strerror', None) or str(err).split('strerror: ')[-1]
+        raise ValueError(f'cannot write {dst}: {reason} (is its folder writable, with space '
+                         'left?)') from err
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
 
 
 def main(argv=None, description=__doc__) -> int:

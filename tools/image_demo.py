@@ -31,6 +31,11 @@ def parse_args(argv=None):
     args = parser.parse_args(argv)
     if not osp.isfile(args.img):
         raise ValueError(f'image not found: {args.img}')
+    if osp.getsize(args.img) == 0:
+        raise ValueError(f'image file {args.img} is empty (0 bytes)')
+    if mmcv.imread(args.img) is None:
+        raise ValueError(f'cannot decode {args.img} ({osp.getsize(args.img)} bytes) as an image '
+                         '(OpenCV reads JPEG, PNG, BMP, TIFF, WebP, ...)')
     if not 0 <= args.score_thr <= 1:
         raise ValueError(f'--score-thr must be in [0, 1], got {args.score_thr}')
     if not 0 <= args.opacity <= 1:
