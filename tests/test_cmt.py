@@ -519,3 +519,12 @@ def test_mmpretrain_image_classifier_trains_on_logits():
         preds = classifier.predict(x)
         torch.testing.assert_close(preds[0].pred_score,
                                    classifier.backbone.classify(x)[0].softmax(-1))
+
+
+def test_weights_of_another_arch_name_both_archs(tmp_path):
+    path = tmp_path / 'cmt_small.pth'
+    torch.save(CMT('s').state_dict(), path)
+    model = CMT('xs', init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(CheckpointError, match=r'tensors of another shape: .*looks like CMT-S; '
+                                              r'the model is CMT-XS.*allow_partial=True'):
+        model.init_weights()

@@ -426,19 +426,46 @@ def test_loads_ours_bare_and_inside_an_mmengine_checkpoint(tmp_path, source):
     _assert_reproduces(tmp_path / 'detector.pth', source, prefix='backbone.')
 
 
-def test_missing_and_unused_keys_are_logged_by_name(tmp_path, source):
+def test_missing_and_unused_keys_are_an_error_unless_partial_loading_is_asked_for(
+        tmp_path, source):
     from mmengine.logging import MMLogger
     sd = dict(source[0].state_dict())
     del sd['stages.1.blocks.0.mlp.fc2.bias']
     sd['stages.1.blocks.0.extra.weight'] = torch.zeros(1)
     torch.save(sd, tmp_path / 'partial.pth')
+    with pytest.raises(CheckpointError, match=r'does not fit the model: 1 model parameters not '
+                       r'in the file: stages\.1\.blocks\.0\.mlp\.fc2\.bias; 1 keys of the file '
+                       r'the model lacks: stages\.1\.blocks\.0\.extra\.weight.*allow_partial'):
+        load_via_init_cfg(tmp_path / 'partial.pth')
     log_file = tmp_path / 'load.log'
     MMLogger.get_instance('test_cvt_missing_keys', log_file=str(log_file),
                           log_level=logging.INFO)
-    load_via_init_cfg(tmp_path / 'partial.pth')
+    load_via_init_cfg(tmp_path / 'partial.pth', allow_partial=True)
     text = log_file.read_text()
     assert 'stages.1.blocks.0.mlp.fc2.bias' in text and 'Missing' in text
     assert 'stages.1.blocks.0.extra.weight' in text and 'Unused' in text
+
+
+def _official_file(model, path):
+    torch.save({k.replace('stages.', 'stage', 1): v for k, v in model.state_dict().items()},
+               path)
+    return path
+
+
+@pytest.mark.parametrize('src, dst', [('13', '21'), ('21', '13')])
+def test_weights_of_another_arch_name_both_archs(tmp_path, src, dst):
+    """CvT-13 weights in a CvT-21 (or back) used to log 'Missing keys (248)' and train on with
+    random blocks."""
+    path = _official_file(CvT(src), tmp_path / f'CvT-{src}-224x224-IN-1k.pth')
+    model = CvT(dst, num_classes=0, init_cfg=dict(type='Pretrained', checkpoint=str(path)))
+    with pytest.raises(CheckpointError, match=f'looks like CvT-{src}; the model is CvT-{dst}'):
+        model.init_weights()
+    partial = CvT(dst, num_classes=0, init_cfg=dict(type='Pretrained', checkpoint=str(path),
+                                                    allow_partial=True))
+    partial.init_weights()  # on purpose: what fits is loaded
+    same = 'stages.1.blocks.0.mlp.fc1.weight'
+    loaded = torch.load(path, weights_only=True)['stage1.blocks.0.mlp.fc1.weight']
+    assert torch.equal(partial.state_dict()[same], loaded)
 
 
 def test_a_different_head_is_skipped_with_a_warning(tmp_path, source):

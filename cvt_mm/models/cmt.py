@@ -357,8 +357,11 @@ class CMT(BaseModule):
         use_sdpa: ``scaled_dot_product_attention`` (False: the reference path).
         bias_cache_size: resized biases kept per stage in eval mode (input sizes, LRU).
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH[, prefix='backbone.'])`` loads an
-            official CMT file or one of ours (see ``cvt_mm.models.weights``).
+            official CMT file or one of ours (see ``cvt_mm.models.weights``). A checkpoint of
+            another arch is an error naming both; ``allow_partial=True`` loads what fits.
     """
+    # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
+    arch_zoo = ARCH_SETTINGS
 
     def __init__(self, arch='s', in_channels: int = 3, out_indices=(0, 1, 2, 3),
                  out_type: str = 'featmap', out_norm_cfg: Optional[dict] = None,
@@ -438,7 +441,8 @@ class CMT(BaseModule):
     def init_weights(self):
         if _is_pretrained(self.init_cfg):
             load_pretrained(self, self.init_cfg['checkpoint'], 'cmt',
-                            prefix=self.init_cfg.get('prefix'))
+                            prefix=self.init_cfg.get('prefix'),
+                            allow_partial=self.init_cfg.get('allow_partial', False))
             self._is_init = True
         elif self.init_cfg is not None:
             super().init_weights()

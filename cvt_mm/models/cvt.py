@@ -244,8 +244,11 @@ class CvT(BaseModule):
         with_cp: activation checkpointing per block while training.
         use_sdpa: fused attention (default); ``False`` uses the plain reference attention.
         init_cfg: ``dict(type='Pretrained', checkpoint=PATH[, prefix='backbone.'])`` loads any
-            known CvT layout (official, Hugging Face, ours).
+            known CvT layout (official, Hugging Face, ours). A checkpoint of another arch is
+            an error naming both; ``allow_partial=True`` loads what fits on purpose.
     """
+    # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
+    arch_zoo = ARCH_SETTINGS
 
     def __init__(self,
                  arch: Union[str, dict] = '13',
@@ -327,7 +330,8 @@ class CvT(BaseModule):
     def init_weights(self) -> None:
         if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
             load_pretrained(self, self.init_cfg['checkpoint'], 'cvt',
-                            prefix=self.init_cfg.get('prefix'), head_prefixes=('head.', ))
+                            prefix=self.init_cfg.get('prefix'), head_prefixes=('head.', ),
+                            allow_partial=self.init_cfg.get('allow_partial', False))
             return
         if self.init_cfg is not None:
             super().init_weights()

@@ -9,9 +9,11 @@ registered below: how to recognise it from its keys and how to rename it into ou
 
 * the file is read with ``torch.load(weights_only=True)`` (or safetensors): a weight file from
   the internet is never unpickled as arbitrary code;
-* missing and unused keys are logged by name;
-* a shape mismatch raises, naming the key and both shapes, except a classifier head whose
-  ``num_classes`` differs, which is skipped with a warning;
+* a checkpoint of another architecture (tensors of another shape, parameters the file lacks
+  or keys the model lacks, outside the classifier head and our optional output norms) raises,
+  naming the keys and the architecture each side looks like; ``allow_partial=True`` loads what
+  fits instead and logs the rest by name;
+* a classifier head whose ``num_classes`` differs is skipped with a warning;
 * a model may adapt tensors whose shape legitimately depends on the input resolution (CMT's
   relative position biases) through ``adapt_pretrained_state_dict``.
 """
@@ -285,11 +287,47 @@ class LoadReport:
     dropped_wrapper_keys: int
 
 
+# Keys a backbone may lack in a checkpoint or ignore from it without being the wrong model:
+# the classifier head (absent in headless files, different class count) and our optional
+# output norms for dense heads (no official file has them).
+_OPTIONAL_PREFIXES = ('out_norms.', )
+
+
+def arch_of(sd: StateDict, arch_zoo: Dict[str, dict], family: str) -> str:
+    """Name the architecture a state dict in our layout looks like: ``'CvT-13'``, or
+    ``'a custom arch (depths [...], embed_dims [...])'`` when no zoo entry matches."""
+    depths: Dict[int, int] = {}
+    dims: Dict[int, int] = {}
+    for key, value in sd.items():
+        block = re.match(r'stages\.(\d+)\.blocks\.(\d+)\.', key)
+        if block:
+            stage, index = int(block.group(1)), int(block.group(2))
+            depths[stage] = max(depths.get(stage, 0), index + 1)
+        embed = re.match(r'stages\.(\d+)\.patch_embed\.proj\.weight$', key)
+        if embed:
+            dims[int(embed.group(1))] = value.shape[0]
+    stages = sorted(set(depths) | set(dims))
+    found_depths = [depths.get(i, 0) for i in stages]
+    found_dims = [dims.get(i, 0) for i in stages]
+    label = {'cvt': 'CvT', 'cmt': 'CMT'}.get(family, family)
+    for name, spec in arch_zoo.items():
+        if list(spec['depths']) == found_depths and list(spec['embed_dims']) == found_dims:
+            return f'{label}-{name.upper() if family == "cmt" else name}'
+    return f'a custom {label} arch (depths {found_depths}, embed_dims {found_dims})'
+
+
 def load_pretrained(model: torch.nn.Module, path: str, family: str,
                     prefix: Optional[str] = None,
                     head_prefixes: Tuple[str, ...] = ('head.', ),
+                    allow_partial: bool = False,
                     logger: Optional[MMLogger] = None) -> LoadReport:
-    """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc)."""
+    """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc).
+
+    A checkpoint of another architecture (keys the model lacks, or model parameters the
+    checkpoint lacks, outside the classifier head and our optional output norms) raises
+    :class:`CheckpointError` naming both architectures, unless ``allow_partial`` (then the
+    parts that fit are loaded, the rest keeps its initialisation, and the keys are logged).
+    """
     logger = logger or MMLogger.get_current_instance()
     sd, dropped = extract_state_dict(read_checkpoint(path, family), prefix)
     sd, fmt_name = convert_state_dict(sd, family)
@@ -307,9 +345,30 @@ def load_pretrained(model: torch.nn.Module, path: str, family: str,
             else:
                 mismatched.append(f'{key}: checkpoint {tuple(sd[key].shape)} vs model '
                                   f'{tuple(own[key].shape)}')
-    if mismatched:
-        raise CheckpointError(f'shape mismatch loading {path} ({fmt_name}): '
-                              + '; '.join(mismatched))
+    tolerated = tuple(head_prefixes) + _OPTIONAL_PREFIXES
+
+    def matters(key: str) -> bool:  # BN's step counter: absent from some published files
+        return not key.startswith(tolerated) and not key.endswith('num_batches_tracked')
+
+    missing = sorted(filter(matters, set(own) - set(sd)))
+    unused = sorted(filter(matters, set(sd) - set(own)))
+    if (mismatched or missing or unused) and not allow_partial:
+        zoo = getattr(type(model), 'arch_zoo', {})
+        listed = '; '.join(
+            f'{len(items)} {what}: {", ".join(items[:3])}{", ..." if len(items) > 3 else ""}'
+            for what, items in (('tensors of another shape', mismatched),
+                                ('model parameters not in the file', missing),
+                                ('keys of the file the model lacks', unused)) if items)
+        raise CheckpointError(
+            f'{path} ({fmt_name}) does not fit the model: {listed}. The checkpoint looks like '
+            f'{arch_of(sd, zoo, family)}; the model is {arch_of(own, zoo, family)}. Use the '
+            "checkpoint of the model's architecture, or load what fits on purpose with "
+            "init_cfg=dict(type='Pretrained', checkpoint=..., allow_partial=True).")
+    if mismatched:  # allow_partial: keep the model's own values for these
+        for item in mismatched:
+            del sd[item.split(':')[0]]
+        print_log(f'allow_partial: {len(mismatched)} tensors of another shape not loaded: '
+                  + '; '.join(mismatched), logger=logger, level=30)
     result = model.load_state_dict(sd, strict=False)
     report = LoadReport(path, fmt_name, list(result.missing_keys),
                         list(result.unexpected_keys), skipped_head, dropped)
