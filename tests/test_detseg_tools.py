@@ -3,6 +3,7 @@
 import glob
 import os.path as osp
 import pickle
+import re
 
 import pytest
 
@@ -88,3 +89,51 @@ def test_image_demo_rejects_files_that_are_not_images(tmp_path, content, message
     image.write_bytes(content)
     with pytest.raises(ValueError, match=message):
         load_tool('image_demo').parse_args([str(image), 'config.py', 'ckpt.pth'])
+
+
+@pytest.fixture(scope='module')
+def misfits(det_run, tiny_data, tmp_path_factory):
+    """What users pass by mistake: the 3-class checkpoint with a 5-class config, and a
+    backbone-only file with the right config."""
+    from detseg_utils import det_user_config
+    config, checkpoint, _ = det_run
+    root = tmp_path_factory.mktemp('misfits')
+    five = det_user_config(str(root / 'five.py'), 'mask_rcnn_cvt13_coco.py',
+                           osp.join(tiny_data, 'coco'), str(root / 'work'))
+    with open(five, 'a') as f:
+        f.write("model = dict(roi_head=dict(bbox_head=dict(num_classes=5), "
+                "mask_head=dict(num_classes=5)))\n")
+    backbone_only = str(root / 'backbone.pth')
+    run_tool(['convert_weights.py', str(checkpoint), backbone_only])
+    return dict(config=config, checkpoint=str(checkpoint), five=five,
+                backbone_only=backbone_only, root=root)
+
+
+@pytest.mark.parametrize('case, message', [
+    ('classes', r'roi_head\.bbox_head\.fc_cls\.weight: checkpoint \(4, 1024\) vs model '
+                r'\(6, 1024\).*another number of classes'),
+    ('backbone_only', r'parameters and buffers are not in it.*holds no backbone\.\* keys'),
+])
+def test_test_py_refuses_a_checkpoint_that_does_not_fit(misfits, case, message):
+    config, checkpoint = ((misfits['five'], misfits['checkpoint']) if case == 'classes'
+                          else (misfits['config'], misfits['backbone_only']))
+    proc = run_tool(['test.py', config, checkpoint, '--work-dir', str(misfits['root'] / case)],
+                    expect_success=False)
+    err = proc.stderr
+    assert proc.returncode != 0 and re.search(message, err, re.S), err[-3000:]
+    assert 'Nothing was evaluated; --allow-partial' in err
+    assert 'coco/bbox_mAP' not in proc.stdout + err
+
+
+def test_test_py_allow_partial_evaluates_on_purpose(misfits):
+    proc = run_tool(['test.py', misfits['config'], misfits['backbone_only'], '--allow-partial',
+                     '--work-dir', str(misfits['root'] / 'partial')])
+    assert 'coco/bbox_mAP' in proc.stdout + proc.stderr
+
+
+def test_image_demo_refuses_a_checkpoint_that_does_not_fit(misfits, tiny_data, tmp_path):
+    image = sorted(glob.glob(osp.join(tiny_data, 'coco', 'val2017', '*.jpg')))[0]
+    proc = run_tool(['image_demo.py', image, misfits['five'], misfits['checkpoint'],
+                     '--out-file', str(tmp_path / 'out.jpg')], expect_success=False)
+    assert proc.returncode != 0 and 'another number of classes' in proc.stderr
+    assert 'Nothing was drawn' in proc.stderr and not (tmp_path / 'out.jpg').exists()

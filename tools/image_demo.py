@@ -13,6 +13,7 @@ import mmcv
 from mmengine.config import Config, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+from cvt_mm.models.weights import checkpoint_misfit
 
 
 def parse_args(argv=None):
@@ -28,6 +29,8 @@ def parse_args(argv=None):
                         help='segmentation: opacity of the class colours')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
                         help='override config entries')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='draw even if the checkpoint does not fit the config\'s model')
     args = parser.parse_args(argv)
     if not osp.isfile(args.img):
         raise ValueError(f'image not found: {args.img}')
@@ -43,10 +46,19 @@ def parse_args(argv=None):
     return args
 
 
+def check_fit(model, args) -> None:
+    """A checkpoint that does not fit the config would draw a partly random model."""
+    misfit = checkpoint_misfit(model, args.checkpoint)
+    if misfit and not args.allow_partial:
+        raise SystemExit(f'error: {misfit}\nNothing was drawn; --allow-partial draws it '
+                         'anyway.')
+
+
 def draw_detections(cfg, args) -> None:
     from mmdet.apis import inference_detector, init_detector
     from mmdet.registry import VISUALIZERS
     model = init_detector(cfg, args.checkpoint, device=args.device)
+    check_fit(model, args)
     result = inference_detector(model, args.img)
     visualizer = VISUALIZERS.build(model.cfg.visualizer)
     visualizer.dataset_meta = model.dataset_meta
@@ -60,6 +72,7 @@ def draw_detections(cfg, args) -> None:
 def draw_segmentation(cfg, args) -> None:
     from mmseg.apis import inference_model, init_model, show_result_pyplot
     model = init_model(cfg, args.checkpoint, device=args.device)
+    check_fit(model, args)
     result = inference_model(model, args.img)
     show_result_pyplot(model, args.img, result, opacity=args.opacity, show=False,
                        draw_gt=False, out_file=args.out_file)

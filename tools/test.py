@@ -9,8 +9,9 @@ import os.path as osp
 from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
-from launch_utils import (build_runner, load_config, prepare_cpu_distributed,
-                          set_local_rank_env)
+from cvt_mm.models.weights import checkpoint_misfit
+from launch_utils import (build_runner, check_dataset_paths, load_config,
+                          prepare_cpu_distributed, set_local_rank_env)
 
 
 def parse_args(argv=None):
@@ -30,6 +31,9 @@ def parse_args(argv=None):
     parser.add_argument('--tta', action='store_true',
                         help='test-time augmentation (the config must define tta_model and '
                         'tta_pipeline)')
+    parser.add_argument('--allow-partial', action='store_true',
+                        help='evaluate even if the checkpoint lacks some of the model\'s '
+                        'parameters or has others of another shape (they stay random)')
     parser.add_argument('--local_rank', '--local-rank', type=int, default=0)
     args = parser.parse_args(argv)
     set_local_rank_env(args.local_rank)
@@ -99,8 +103,14 @@ def main(argv=None):
     if args.tta:
         enable_tta(cfg)
 
+    check_dataset_paths(cfg, ['test_dataloader'], args.config)
     prepare_cpu_distributed(cfg, args.launcher)
     runner = build_runner(cfg)
+    model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+    misfit = checkpoint_misfit(model, args.checkpoint)
+    if misfit and not args.allow_partial:
+        raise SystemExit(f'error: {misfit}\nNothing was evaluated; --allow-partial evaluates '
+                         'it anyway (the parts not in the checkpoint stay random).')
     if args.out:
         runner.test_evaluator.metrics.append(results_dumper(cfg, args.out))
     runner.test()

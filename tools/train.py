@@ -8,8 +8,8 @@ import argparse
 from mmengine.config import DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; MMEngine checkpoints load safely on resume)
-from launch_utils import (build_runner, load_config, prepare_cpu_distributed,
-                          set_local_rank_env)
+from launch_utils import (build_runner, check_dataset_paths, load_config,
+                          prepare_cpu_distributed, set_local_rank_env)
 
 
 def parse_args(argv=None):
@@ -56,6 +56,9 @@ def main(argv=None):
         cfg.resume = True
         cfg.load_from = args.resume
 
+    # Training validates too (when the config has a val loop).
+    check_dataset_paths(cfg, ['train_dataloader']
+                        + (['val_dataloader'] if cfg.get('val_cfg') else []), args.config)
     prepare_cpu_distributed(cfg, args.launcher)
     build_runner(cfg).train()
 

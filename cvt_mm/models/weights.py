@@ -386,6 +386,47 @@ def load_pretrained(model: torch.nn.Module, path: str, family: str,
     return report
 
 
+def _listed(items: List[str], limit: int = 3) -> str:
+    return ', '.join(items[:limit]) + (', ...' if len(items) > limit else '')
+
+
+def checkpoint_misfit(model: torch.nn.Module, path: str) -> Optional[str]:
+    """How the MMEngine checkpoint at ``path`` fails to fit the whole ``model`` (detector,
+    segmentor or classifier), or ``None`` when every parameter and buffer is in it with the
+    model's shape. For tools that load a trained model (``tools/test.py``, the image demo),
+    where MMEngine's non-strict loading would otherwise evaluate a partly random model.
+    """
+    ckpt = read_checkpoint(path)
+    sd = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else {}
+    sd = {re.sub(r'^module\.', '', k): v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    own = model.state_dict()
+
+    def matters(key: str) -> bool:
+        return not key.endswith('num_batches_tracked')
+
+    missing = sorted(filter(matters, set(own) - set(sd)))
+    mismatched = sorted(f'{k}: checkpoint {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}'
+                        for k in set(own) & set(sd) if sd[k].shape != own[k].shape)
+    if not missing and not mismatched:
+        return None
+    parts = []
+    if missing:
+        parts.append(f'{len(missing)} of the model\'s {len(own)} parameters and buffers are not '
+                     f'in it ({_listed(missing)})')
+    if mismatched:
+        parts.append(f'{len(mismatched)} have another shape ({_listed(mismatched)})')
+    hint = ''
+    if missing and all(not k.startswith('backbone.') for k in sd) and \
+            any(k.startswith('backbone.') for k in own):
+        hint = (' It holds no backbone.* keys: a backbone-only file initialises a backbone '
+                "through init_cfg=dict(type='Pretrained', checkpoint=...); evaluate the "
+                "checkpoint of a trained model instead.")
+    elif mismatched and any('cls' in m or 'logits' in m or 'head' in m for m in mismatched):
+        hint = (' A head of another shape usually means another number of classes: use the '
+                'config the checkpoint was trained with.')
+    return f'{path} does not fit the model: ' + '; '.join(parts) + '.' + hint
+
+
 def regex_rename(sd: StateDict, rules: List[Tuple[str, str]]) -> StateDict:
     """Apply ``re.sub`` rules in order to every key (the first rule that matches wins)."""
     out = {}
