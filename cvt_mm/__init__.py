@@ -3,10 +3,10 @@
 ``import cvt_mm`` (or ``custom_imports=dict(imports=['cvt_mm'])`` in a config) registers the
 backbones for MMDetection, MMSegmentation and MMPretrain, makes MMEngine checkpoints
 loadable under torch's safe unpickling (see ``cvt_mm.checkpoint_compat``) and registers the
-model wrapper for distributed training without CUDA (see ``cvt_mm.distributed``).
+training-engine pieces (see ``cvt_mm.engine``: CPU DDP, atomic checkpoints, resume, hooks).
 """
 from . import checkpoint_compat  # noqa: F401  (side effect: allow MMEngine's own types)
-from . import distributed  # noqa: F401  (side effect: register CPUDistributedDataParallel)
+from . import engine  # noqa: F401  (side effect: register the wrapper, backend and hooks)
 from . import toolbox_compat  # noqa: F401  (side effect: mmpretrain beside transformers >= 5)
 from . import models  # noqa: F401  (side effect: register the backbones)
 

@@ -14,7 +14,7 @@ from torch.nn.modules.batchnorm import SyncBatchNorm, _BatchNorm
 
 import cvt_mm  # noqa: F401
 from conftest import DIST_ITERATIONS
-from cvt_mm.distributed import revert_sync_batchnorm_for_cpu
+from cvt_mm.engine.distributed import revert_sync_batchnorm_for_cpu
 from cvt_mm.models import CMT, CvT
 from cvt_mm.testing import build_model_from_config, synthetic_batch
 

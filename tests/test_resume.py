@@ -1,0 +1,188 @@
+"""Checkpoints and resume as they fail in practice: a process killed while writing, a truncated
+newest checkpoint, nothing to resume, a run killed (SIGKILL) after a checkpoint that must end
+with the same weights as an uninterrupted run, and a NaN that must not reach the weights."""
+import os
+import os.path as osp
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+import torch
+
+from cvt_mm.engine import find_resumable_checkpoint
+from cvt_mm.models.weights import read_checkpoint
+from detseg_utils import ROOT, run_tool, seg_user_config
+
+
+# ----------------------------------------------------------------------------- atomic writes
+WRITER = textwrap.dedent('''
+    import sys, torch
+    import cvt_mm  # the atomic local backend
+    from mmengine.runner.checkpoint import save_checkpoint
+    path = sys.argv[1]
+    big = {'state_dict': {'w': torch.randn(64, 2 ** 20)}}  # 256 MiB per write
+    print('writing', flush=True)
+    while True:
+        save_checkpoint(big, path)
+''')
+
+
+def test_a_process_killed_while_saving_leaves_no_truncated_checkpoint(tmp_path):
+    path = tmp_path / 'iter_8.pth'
+    proc = subprocess.Popen([sys.executable, '-c', WRITER, str(path)], cwd=ROOT,
+                            stdout=subprocess.PIPE, env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        assert proc.stdout.readline().strip() == b'writing'
+        deadline = time.time() + 120
+        while not path.exists() and time.time() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)  # inside a later write now
+        assert proc.poll() is None
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    # The final name holds a complete file; the interrupted write is only a temporary file.
+    assert read_checkpoint(str(path))['state_dict']['w'].shape == (64, 2 ** 20)
+
+
+# ----------------------------------------------------------------------------- which file
+def _save(path, iteration):
+    torch.save({'state_dict': {'w': torch.ones(1)}, 'optimizer': {}, 'meta': {'iter': iteration}},
+               path)
+
+
+def test_a_truncated_newest_checkpoint_is_skipped_for_the_newest_readable(tmp_path):
+    _save(tmp_path / 'iter_2.pth', 2)
+    _save(tmp_path / 'iter_4.pth', 4)
+    data = (tmp_path / 'iter_4.pth').read_bytes()
+    (tmp_path / 'iter_4.pth').write_bytes(data[:len(data) // 2])  # written by an older tool
+    (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_4.pth'))
+    path, skipped = find_resumable_checkpoint(str(tmp_path))
+    assert path == str(tmp_path / 'iter_2.pth')
+    assert len(skipped) == 1 and 'iter_4.pth' in skipped[0] and 'truncated' in skipped[0]
+
+
+def test_nothing_to_resume_is_said_plainly(tmp_path):
+    assert find_resumable_checkpoint(str(tmp_path)) == (None, [])
+    torch.save({'w': torch.ones(1)}, tmp_path / 'backbone.pth')  # weights, not a training run
+    path, skipped = find_resumable_checkpoint(str(tmp_path))
+    assert path is None and 'not a training checkpoint' in skipped[0]
+
+
+# ----------------------------------------------------------------------------- exact resume
+def _exact_config(path, data, work):
+    """UperNet CvT-13 (drop path 0.1: the forward draws random numbers), deterministic,
+    6 iterations, checkpoints every 2, validation at 4 (after the checkpoint the run is
+    killed after, before the next training iteration)."""
+    return seg_user_config(
+        str(path), data, str(work), max_iters=6,
+        randomness=dict(seed=0, deterministic=True),
+        train_cfg=dict(type='IterBasedTrainLoop', max_iters=6, val_interval=4),
+        default_hooks=dict(logger=dict(interval=1),
+                           checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=2)))
+
+
+def _weights(path):
+    return read_checkpoint(str(path))['state_dict']
+
+
+@pytest.fixture(scope='module')
+def killed_and_resumed(tiny_data, tmp_path_factory):
+    root = tmp_path_factory.mktemp('exact')
+    data = osp.join(tiny_data, 'ade')
+    config_a = _exact_config(root / 'a.py', data, root / 'a')
+    run_tool(['train.py', config_a])
+
+    config_b = _exact_config(root / 'b.py', data, root / 'b')
+    env = dict(os.environ, PYTHONPATH=ROOT)
+    proc = subprocess.Popen([sys.executable, osp.join(ROOT, 'tools', 'train.py'), config_b],
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    pointer = root / 'b' / 'last_checkpoint'
+    deadline = time.time() + 600
+    try:
+        while time.time() < deadline and proc.poll() is None:
+            if pointer.exists() and pointer.read_text().strip().endswith('iter_4.pth'):
+                break
+            time.sleep(0.02)
+        assert proc.poll() is None, 'the run ended before it could be killed'
+    finally:
+        proc.send_signal(signal.SIGKILL)  # in iteration 5, after the iteration-4 checkpoint
+        proc.wait()
+    assert not (root / 'b' / 'iter_6.pth').exists()
+    resumed = run_tool(['train.py', config_b, '--resume'])
+    return root, resumed.stdout + resumed.stderr
+
+
+def test_a_killed_run_resumes_to_the_same_weights_bit_for_bit(killed_and_resumed):
+    root, log = killed_and_resumed
+    assert f'--resume: resuming from {root}/b/iter_4.pth' in log
+    assert 'Iter(train) [5/6]' in log and 'Iter(train) [4/6]' not in log
+    uninterrupted, resumed = _weights(root / 'a' / 'iter_6.pth'), _weights(root / 'b' /
+                                                                          'iter_6.pth')
+    assert uninterrupted.keys() == resumed.keys()
+    different = [k for k in uninterrupted if not torch.equal(uninterrupted[k], resumed[k])]
+    assert different == []
+
+
+def test_resume_without_checkpoints_says_so(tiny_data, tmp_path):
+    config = seg_user_config(str(tmp_path / 'c.py'), osp.join(tiny_data, 'ade'),
+                             str(tmp_path / 'work'), max_iters=1)
+    proc = run_tool(['train.py', config, '--resume'])
+    assert (f'--resume: no checkpoint to resume from in {tmp_path}/work; training starts at '
+            'the beginning') in proc.stdout
+    assert 'Auto resumed from the latest checkpoint None' not in proc.stdout + proc.stderr
+
+
+# ----------------------------------------------------------------------------- NaN inputs
+NAN_TRANSFORM = textwrap.dedent('''
+    import numpy as np
+    from mmcv.transforms import BaseTransform
+    from mmseg.registry import TRANSFORMS
+
+
+    @TRANSFORMS.register_module()
+    class NaNPixelIn(BaseTransform):
+        """What a corrupt decode gives: one NaN pixel in one file."""
+
+        def __init__(self, name):
+            self.name = name
+
+        def transform(self, results):
+            if results['img_path'].endswith(self.name):
+                results['img'] = results['img'].astype(np.float32)
+                results['img'][5, 5, 0] = np.nan
+            return results
+''')
+
+
+def test_a_nan_pixel_stops_training_before_it_reaches_the_weights(tiny_data, tmp_path):
+    data = osp.join(tiny_data, 'ade')
+    images = sorted(os.listdir(osp.join(data, 'images', 'training')))
+    poisoned = images[2]  # unshuffled, batch 2: the second iteration
+    (tmp_path / 'nan_pixel.py').write_text(NAN_TRANSFORM)
+    config = seg_user_config(
+        str(tmp_path / 'nan.py'), data, str(tmp_path / 'work'), max_iters=4,
+        custom_imports=dict(imports=['cvt_mm', 'nan_pixel'], allow_failed_imports=False),
+        default_hooks=dict(logger=dict(interval=1),
+                           checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1)))
+    with open(config, 'a') as f:
+        f.write(textwrap.dedent(f'''
+            train_pipeline.insert(1, dict(type='NaNPixelIn', name={poisoned!r}))
+            train_dataloader['dataset']['pipeline'] = train_pipeline
+            train_dataloader['sampler'] = dict(type='InfiniteSampler', shuffle=False)
+        '''))
+    proc = run_tool(['train.py', config], env=dict(PYTHONPATH=str(tmp_path)),
+                    expect_success=False)
+    assert proc.returncode != 0
+    err = proc.stderr
+    assert 'FloatingPointError: non-finite loss (nan) at iteration 2' in err, err[-3000:]
+    assert poisoned in err and 'newest checkpoint' in err
+    work = tmp_path / 'work'
+    assert (work / 'iter_1.pth').exists() and not (work / 'iter_2.pth').exists()
+    assert (work / 'last_checkpoint').read_text().strip().endswith('iter_1.pth')
+    assert all(torch.isfinite(v).all() for v in _weights(work / 'iter_1.pth').values()
+               if v.is_floating_point())
