@@ -171,7 +171,9 @@ def test_a_nan_pixel_stops_training_before_it_reaches_the_weights(tiny_data, tmp
                            checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=1)))
     with open(config, 'a') as f:
         f.write(textwrap.dedent(f'''
-            train_pipeline.insert(1, dict(type='NaNPixelIn', name={poisoned!r}))
+            # After the random crop, so the pixel is always in the batch.
+            train_pipeline.insert(len(train_pipeline) - 1,
+                                  dict(type='NaNPixelIn', name={poisoned!r}))
             train_dataloader['dataset']['pipeline'] = train_pipeline
             train_dataloader['sampler'] = dict(type='InfiniteSampler', shuffle=False)
         '''))

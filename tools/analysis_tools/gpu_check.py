@@ -96,7 +96,7 @@ class Plan:
         if device == 'cuda':
             return cls(device)
         return cls(device, parity_shape=(2, 3, 64, 96), sdpa_shape=(1, 3, 96, 160),
-                   det_shape=(96, 128), seg_shape=(64, 64), warmup_steps=1, timed_steps=2,
+                   det_shape=(96, 128), seg_shape=(64, 64), warmup_steps=1, timed_steps=1,
                    amp=False, ddp_image_size=96)
 
 
