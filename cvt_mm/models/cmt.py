@@ -35,7 +35,7 @@ from torch import nn
 from ..registry import MODELS
 from .layers import (attention, batchnorm_eval, check_batchnorm_statistics, check_choice,
                      check_indices, freeze_modules, nchw_to_nlc, nlc_to_nchw,
-                     stochastic_depth_rates, trunc_normal_init_)
+                     stochastic_depth_rates, trunc_normal_init_, unused_by_featmaps)
 from .weights import CheckpointError, load_pretrained
 
 Grid = Tuple[int, int]
@@ -478,18 +478,9 @@ class CMT(BaseModule):
         return sd
 
     # ---------------------------------------------------------------- training modes
-    def _unused_by_featmaps(self) -> list:
-        """What the ``'featmap'`` forward never runs: the classification stage (``cls_proj``,
-        head) and the stages after ``max(out_indices)``. They are kept, so ``classify()`` and
-        checkpoint loading work, but take no gradient: DDP with
-        ``find_unused_parameters=False`` would otherwise wait for their gradients and fail at
-        the second iteration."""
-        if self.out_type != 'featmap':
-            return []
-        return [self.cls_proj, self.head, *self.stages[max(self.out_indices) + 1:]]
-
     def _freeze_stages(self):
-        frozen = self._unused_by_featmaps()
+        frozen = unused_by_featmaps(self.out_type, self.out_indices, self.stages,
+                                    (self.cls_proj, self.head))
         if self.frozen_stages >= 0:
             frozen += [self.stem] + [self.stages[i] for i in range(self.frozen_stages)]
             if self.out_norms is not None:

@@ -27,7 +27,7 @@ from torch import nn
 from ..registry import MODELS
 from .layers import (FP32LayerNorm, QuickGELU, attention, batchnorm_eval,
                      check_batchnorm_statistics, check_choice, check_indices, freeze_modules,
-                     nchw_to_nlc, nlc_to_nchw, trunc_normal_init_)
+                     nchw_to_nlc, nlc_to_nchw, trunc_normal_init_, unused_by_featmaps)
 from .weights import load_pretrained
 
 ARCH_SETTINGS = {
@@ -396,19 +396,9 @@ class CvT(BaseModule):
     # ---------------------------------------------------------------------------------------
     # Training behaviour (as MMDetection's Swin)
     # ---------------------------------------------------------------------------------------
-    def _unused_by_featmaps(self) -> List[nn.Module]:
-        """What the ``'featmap'`` forward never runs: the classification stage (final norm,
-        head) and the stages after ``max(out_indices)``. They are kept, so ``classify()`` and
-        checkpoint loading work, but take no gradient: DDP with
-        ``find_unused_parameters=False`` would otherwise wait for their gradients and fail at
-        the second iteration."""
-        if self.out_type != 'featmap':
-            return []
-        return ([self.norm] + ([self.head] if self.head is not None else [])
-                + list(self.stages[max(self.out_indices) + 1:]))
-
     def _frozen_modules(self) -> List[nn.Module]:
-        modules = self._unused_by_featmaps()
+        modules = unused_by_featmaps(self.out_type, self.out_indices, self.stages,
+                                     (self.norm, self.head))
         if self.frozen_stages < 0:
             return modules
         modules += [self.stages[0].patch_embed, *self.stages[:self.frozen_stages]]

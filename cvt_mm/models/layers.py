@@ -155,6 +155,17 @@ def check_batchnorm_statistics(model: nn.Module, batch: int, smallest_map: Seque
         'side, or norm_eval=True (BatchNorm on its running statistics).')
 
 
+def unused_by_featmaps(out_type: str, out_indices: Sequence[int], stages: nn.ModuleList,
+                       classification: Sequence[Optional[nn.Module]]) -> list:
+    """What a backbone's ``'featmap'`` forward never runs: its classification stage and the
+    stages after ``max(out_indices)``. Backbones keep them, so ``classify()`` and checkpoint
+    loading work, but freeze them: DDP with ``find_unused_parameters=False`` would otherwise
+    wait for their gradients and fail at the second iteration."""
+    if out_type != 'featmap':
+        return []
+    return [m for m in classification if m is not None] + list(stages[max(out_indices) + 1:])
+
+
 def freeze_modules(modules: Sequence[nn.Module]) -> None:
     """``frozen_stages``: eval mode (BatchNorm statistics included) and no gradients."""
     for module in modules:

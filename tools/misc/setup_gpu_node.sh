@@ -33,8 +33,15 @@ assert torch.version.cuda, f'torch {torch.__version__} is a CPU build'
 print(f'setup_gpu_node: torch {torch.__version__} (CUDA {torch.version.cuda}), '
       f'{torch.cuda.device_count()} GPU(s)')
 PY
+# Start clean, but only remove a folder this script made (it leaves a marker in it).
+if [[ -e "$site" && ! -f "$site/.cvt_mm_gpu_site" && -n "$(ls -A "$site" 2>/dev/null)" ]]; then
+    echo "setup_gpu_node: $site exists and was not made by this script; choose another" \
+         "CVT_MM_GPU_SITE" >&2
+    exit 2
+fi
 rm -rf "$site"
 mkdir -p "$site"
+touch "$site/.cvt_mm_gpu_site"
 export PYTHONPATH="$site:$root${PYTHONPATH:+:$PYTHONPATH}"
 pip=("$py" -m pip --disable-pip-version-check install --no-index --find-links "$wheelhouse"
      --no-deps --no-compile --target "$site" -q)
