@@ -71,6 +71,17 @@ echo "setup_gpu_node: installing into $site:" $missing
 # shellcheck disable=SC2086
 "${pip[@]}" $missing
 
+# Python >= 3.12 has no distutils; setuptools provides it through a .pth file, which Python
+# reads only in site-packages folders, not on PYTHONPATH. mmcv's build and MMEngine's
+# collect_env import distutils: where the node's own setuptools does not already provide it,
+# a sitecustomize makes this folder's .pth files count.
+if ! "$py" -c "from distutils import errors" 2>/dev/null; then
+    printf '%s\n' "# written by setup_gpu_node.sh: read this folder's .pth files (setuptools' distutils)" \
+        'import os, site' 'site.addsitedir(os.path.dirname(os.path.abspath(__file__)))' \
+        > "$site/sitecustomize.py"
+    echo "setup_gpu_node: distutils comes from $site (sitecustomize.py)"
+fi
+
 # mmcv with CUDA ops for the GPUs on this machine.
 arch=${TORCH_CUDA_ARCH_LIST:-$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | sort -u | paste -sd ';')}
 # The toolkit: CUDA_HOME, else the folder above nvcc's bin/ (nvcc on PATH may be a wrapper
@@ -109,6 +120,7 @@ cat > "$site/env.sh" <<ENV
 export PYTHONPATH="$site:$root\${PYTHONPATH:+:\$PYTHONPATH}"
 ENV
 "$py" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm; \
+from mmengine.utils.dl_utils import collect_env; collect_env(); \
 print('setup_gpu_node: imports fine; mmcv', mmcv.__version__, 'CUDA ops', mmcv.ops.get_compiling_cuda_version())" \
     || { echo "setup_gpu_node: the stack does not import; a package the node lacks may be missing from the wheelhouse" >&2; exit 1; }
 echo "$want" > "$stamp"
