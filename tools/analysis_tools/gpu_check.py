@@ -366,7 +366,7 @@ def check_train_step(plan: Plan, config: str):
             torch.cuda.synchronize()
         if step >= plan.warmup_steps:
             times.append(time.perf_counter() - start)
-        losses.append(float(out['loss']))
+        losses.append(float(out['loss'].detach()))
     median = statistics.median(times)
     peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None
     finite = all(map(lambda v: v == v and abs(v) != float('inf'), losses))
@@ -497,6 +497,10 @@ def parse_args(argv=None):
 def main(argv=None) -> int:
     args = parse_args(argv)
     start = time.perf_counter()
+    # The current MMEngine logger; at WARNING the model builds do not drown the table in
+    # per-parameter INFO lines (the DDP runs keep their own logs).
+    from mmengine.logging import MMLogger
+    MMLogger.get_instance('gpu_check', log_level='WARNING')
     plan = Plan.for_device(args.device)
     print(f'gpu_check: {"CUDA" if plan.device == "cuda" else "CPU rehearsal (no CUDA)"}, '
           f'{json.dumps(asdict(plan))}', flush=True)
