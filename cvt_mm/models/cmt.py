@@ -190,7 +190,11 @@ class LMHSA(nn.Module):
         if self.sr_ratio > 1:
             kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
         q, k, v = self._heads(self.q(x)), self._heads(self.k(kv)), self._heads(self.v(kv))
-        # A 4-D (1, heads, Nq, Nk) bias: with a 3-D one, SDPA takes its unfused math path.
+        # SDPA takes its unfused math path for a 3-D bias, and for one that requires grad
+        # (even under no_grad, where a view of the parameter still says it does): pass it
+        # 4-D, (1, heads, Nq, Nk), and detached unless its gradient is wanted.
+        if not torch.is_grad_enabled():
+            bias = bias.detach()
         out = attention(q, k, v, self.scale, bias=bias.to(q.dtype).unsqueeze(0),
                         use_sdpa=self.use_sdpa)
         return self.proj(out.transpose(1, 2).reshape(b, n, c))
@@ -268,8 +272,11 @@ class CMTStage(nn.Module):
         param = self.relative_pos
         # Reusing a tensor built without autograd would cut the gradient to the parameter,
         # so the cache serves only eval-mode passes that do not need that gradient.
+        # Under torch.compile the resize is part of the graph (the cache's pointer checks
+        # would break it).
         cacheable = (not self.training and self.bias_cache_size > 0
-                     and not (torch.is_grad_enabled() and param.requires_grad))
+                     and not (torch.is_grad_enabled() and param.requires_grad)
+                     and not torch.compiler.is_compiling())
         if not cacheable:
             return resize_relative_pos(param, self.query_grid, self.key_grid, query_grid,
                                        key_grid)
@@ -509,8 +516,8 @@ class CMT(BaseModule):
             # The smallest BatchNorm input of the stages that run: a stage's key/value map
             # (sr conv) or, without reduction, its token map (IRFFN).
             grids = stage_grids(tuple(x.shape[-2:]), self.arch_settings['sr_ratios'])
-            area, i, grid = min((g[1][0] * g[1][1], i, g[1])
-                                for i, g in enumerate(grids[:last_stage + 1]))
+            area, i, grid = min([(g[1][0] * g[1][1], i, g[1])
+                                 for i, g in enumerate(grids[:last_stage + 1])])
             check_batchnorm_statistics(self, x.shape[0], grid, f'stage {i}\'s smallest map',
                                        MIN_TRAIN_SIDE_BATCH_1)
 

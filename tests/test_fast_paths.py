@@ -1,0 +1,138 @@
+"""The fast paths the benchmarks rely on: which attention kernel runs, the exact gradient of
+CMT's bias through the fused CPU kernel, and ``torch.compile`` without graph breaks."""
+import pytest
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+import cvt_mm  # noqa: F401  (registers the backbones)
+from cvt_mm.models.cmt import CMT
+from cvt_mm.models.cvt import CvT
+from cvt_mm.models.layers import BiasGradAttention, reference_attention, sdpa_attention
+
+FUSED_CPU = 'aten::_scaled_dot_product_flash_attention_for_cpu'
+MATH = 'aten::_scaled_dot_product_attention_math'
+SMALL_CMT = dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1],
+                 stem_channels=8, fc_channels=32, mlp_ratio=2.0)
+SMALL_CVT = dict(embed_dims=[16, 32, 64], num_heads=[1, 2, 4], depths=[1, 1, 1])
+
+
+def small(kind, **kwargs):
+    torch.manual_seed(0)
+    if kind == 'cmt':
+        model = CMT(arch=SMALL_CMT, num_classes=5, drop_path_rate=0.0, pretrain_img_size=64,
+                    **kwargs)
+    else:
+        model = CvT(arch=SMALL_CVT, num_classes=5, **kwargs)
+    model.init_weights()
+    return model
+
+
+def attention_ops(fn) -> set:
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return {e.key for e in prof.key_averages() if 'attention' in e.key}
+
+
+# ------------------------------------------------------------------------- kernel selection
+@pytest.mark.parametrize('kind', ['cmt', 'cvt'])
+@pytest.mark.parametrize('mode,size', [('eval', 64), ('eval', 96), ('train', 64), ('train', 96)])
+def test_attention_takes_the_fused_cpu_kernel(kind, mode, size):
+    """At the stored grid (CMT's bias is then the parameter itself) and at another size, in
+    eval and in training: never the unfused math path, which materialises the scores."""
+    model = small(kind, out_type='logits')
+    x = torch.randn(2, 3, size, size + 32)
+    if mode == 'eval':
+        model.eval()
+
+        def step():
+            with torch.no_grad():
+                model(x)
+    else:
+        model.train()
+
+        def step():
+            model(x)[0].sum().backward()
+    ops = attention_ops(step)
+    assert FUSED_CPU in ops and MATH not in ops, sorted(ops)
+
+
+def test_a_bias_that_needs_a_gradient_still_gets_the_fused_forward():
+    q, k, v = (torch.randn(2, 2, 40, 8) for _ in range(3))
+    bias = torch.randn(1, 2, 40, 24, requires_grad=True)
+    ops = attention_ops(lambda: sdpa_attention(q, k[:, :, :24], v[:, :, :24], 0.3, bias=bias)
+                        .sum().backward())
+    assert FUSED_CPU in ops and MATH not in ops, sorted(ops)
+    assert bias.grad is not None and bias.grad.abs().sum() > 0
+
+
+# ------------------------------------------------------------- exact gradients through it
+@pytest.mark.parametrize('bias_shape', [(1, 3, 37, 11), (2, 3, 37, 11), (3, 1, 11), (1, 3, 1, 11)])
+@pytest.mark.parametrize('rows', [5, 37, 100])
+def test_bias_grad_attention_matches_autograd_of_the_plain_formula(bias_shape, rows):
+    """Every gradient (q, k, v, bias; the bias broadcast over batch, or over queries) equals
+    autograd through softmax(q kᵀ s + b) v, in float64, chunked or not."""
+    gen = torch.Generator().manual_seed(1)
+    q = torch.randn(2, 3, 37, 6, generator=gen, dtype=torch.float64)
+    k = torch.randn(2, 3, 11, 6, generator=gen, dtype=torch.float64)
+    v = torch.randn(2, 3, 11, 6, generator=gen, dtype=torch.float64)
+    bias = torch.randn(bias_shape, generator=gen, dtype=torch.float64)
+    grad_out = torch.randn(2, 3, 37, 6, generator=gen, dtype=torch.float64)
+    results = []
+    for fn in (lambda *a: reference_attention(*a[:3], 0.4, bias=a[3]),
+               lambda *a: BiasGradAttention.apply(*a, 0.4, rows)):
+        leaves = [t.clone().requires_grad_() for t in (q, k, v, bias)]
+        out = fn(*leaves)
+        out.backward(grad_out)
+        results.append([out] + [t.grad for t in leaves])
+    for name, ref, ours in zip(('out', 'q', 'k', 'v', 'bias'), *results):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
+
+
+def test_bias_grad_attention_passes_gradcheck():
+    gen = torch.Generator().manual_seed(2)
+    args = [torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
+            for shape in ((1, 2, 9, 4), (1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 9, 5))]
+    assert torch.autograd.gradcheck(lambda *a: BiasGradAttention.apply(*a, 0.5, 4), args)
+
+
+@pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])
+def test_bias_grad_attention_in_low_precision_is_close_to_float32(dtype):
+    """Under CPU autocast the inputs are 16-bit; chunk sums accumulate in float32."""
+    gen = torch.Generator().manual_seed(3)
+    base = [torch.randn(shape, generator=gen) for shape in
+            ((2, 2, 64, 16), (2, 2, 20, 16), (2, 2, 20, 16), (1, 2, 64, 20))]
+    grads = {}
+    for dt in (torch.float32, dtype):
+        leaves = [t.to(dt, copy=True).requires_grad_() for t in base]
+        BiasGradAttention.apply(*leaves, 0.25, 16).float().square().sum().backward()
+        grads[dt] = [t.grad.float() for t in leaves]
+    for name, ref, low in zip('qkvb', grads[torch.float32], grads[dtype]):
+        assert (low - ref).abs().max() <= 0.05 * ref.abs().max(), name
+
+
+# ----------------------------------------------------------------------------- torch.compile
+@pytest.mark.parametrize('kind', ['cmt', 'cvt'])
+def test_backbones_compile_without_graph_breaks(kind):
+    """``fullgraph=True`` raises at the first graph break. Dynamo's tracing is what is
+    checked (the ``eager`` backend runs the traced graph as is, so the test takes seconds,
+    not the minutes of inductor's C++ codegen); outputs and gradients equal the module's."""
+    model = small(kind).train()
+    compiled = torch.compile(model, fullgraph=True, backend='eager')
+    x = torch.randn(2, 3, 64, 96)
+    grads = []
+    for fn in (model, compiled):
+        model.zero_grad()
+        torch.manual_seed(0)
+        outs = fn(x)
+        sum(o.square().mean() for o in outs).backward()
+        grads.append({n: p.grad.clone() for n, p in model.named_parameters()
+                      if p.grad is not None})
+    assert grads[0].keys() == grads[1].keys() and len(grads[0]) > 10
+    for name in grads[0]:
+        torch.testing.assert_close(grads[1][name], grads[0][name], msg=name)
+    model.eval()
+    with torch.no_grad():
+        for size in ((64, 96), (80, 80)):  # the stored grid and a resized bias
+            x = torch.randn(1, 3, *size)
+            for a, b in zip(compiled(x), model(x)):
+                torch.testing.assert_close(a, b)
