@@ -175,6 +175,39 @@ def test_bias_resizing_is_smooth():
                                torch.full((3, 480, 120), 0.7))
 
 
+def _interpolate_twice(bias, src_q, src_k, dst_q, dst_k):
+    """The resize as F.interpolate's bicubic, one grid at a time (how the official code and
+    this project's earlier version computed it)."""
+    heads, nq, nk = bias.shape
+    x = bias.transpose(1, 2).reshape(heads * nk, 1, *src_q)
+    x = F.interpolate(x, size=dst_q, mode='bicubic', align_corners=False)
+    x = x.reshape(heads, nk, -1).transpose(1, 2)
+    x = x.reshape(-1, 1, *src_k)
+    x = F.interpolate(x, size=dst_k, mode='bicubic', align_corners=False)
+    return x.reshape(heads, dst_q[0] * dst_q[1], -1)
+
+
+@pytest.mark.parametrize('grids', [((16, 16), (8, 8), (24, 20), (12, 10)),  # up
+                                   ((5, 7), (3, 2), (3, 4), (6, 5)),  # down and up
+                                   ((4, 4), (2, 2), (4, 4), (3, 3)),  # keys only
+                                   ((4, 4), (2, 2), (6, 3), (2, 2))])  # queries only
+def test_bias_resizing_is_f_interpolate_bicubic_with_its_gradient(grids):
+    """The matrix-product resize is the same linear map as F.interpolate's: values and
+    gradients agree to float64 rounding."""
+    src_q, src_k, dst_q, dst_k = grids
+    gen = torch.Generator().manual_seed(0)
+    bias = torch.randn(3, src_q[0] * src_q[1], src_k[0] * src_k[1], generator=gen,
+                       dtype=torch.float64, requires_grad=True)
+    grad_out = torch.randn(3, dst_q[0] * dst_q[1], dst_k[0] * dst_k[1], generator=gen,
+                           dtype=torch.float64)
+    ours = resize_relative_pos(bias, *grids)
+    reference = _interpolate_twice(bias, *grids)
+    torch.testing.assert_close(ours, reference, rtol=0, atol=1e-12)
+    (grad_ours, ), (grad_ref, ) = (torch.autograd.grad(t, bias, grad_out)
+                                   for t in (ours, reference))
+    torch.testing.assert_close(grad_ours, grad_ref, rtol=0, atol=1e-12)
+
+
 def test_bias_cache_eval_only_and_invalidated():
     model = tiny().eval()
     stage = model.stages[1]

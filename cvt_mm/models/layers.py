@@ -107,8 +107,9 @@ class BiasGradAttention(torch.autograd.Function):
         grad_q = torch.empty_like(q)
         grad_k = torch.zeros(k.shape, **acc)
         grad_v = torch.zeros(v.shape, **acc)
-        grad_bias = torch.zeros(bias.shape, **acc)
         per_query_bias = bias.shape[-2] != 1
+        # A per-query bias gets each chunk's rows written once; a broadcast one accumulates.
+        grad_bias = (torch.empty if per_query_bias else torch.zeros)(bias.shape, **acc)
         # softmax backward: dS = P * (dP - rowsum(dP * P)), and rowsum(dP * P) = rowsum(dO * O).
         delta = (grad_out * out).sum(-1, keepdim=True)
         k_t, v_t = k.transpose(-2, -1), v.transpose(-2, -1)
