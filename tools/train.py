@@ -3,6 +3,13 @@
     python tools/train.py configs/mask_rcnn_cvt13_coco.py
     bash tools/dist_train.sh configs/upernet_cvt13_ade20k.py 8
 """
+import os
+
+# Huge pages for the CPU allocator's large tensors; read once, when torch loads, so set
+# before any import. Page faults on fresh 70-280 MB maps cost CMT-S 20-25 % of its CPU
+# forward at 800x1333 (docs/benchmarks.md); no effect on CUDA memory.
+os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')
+
 import argparse
 
 from mmengine.config import DictAction

@@ -1,0 +1,103 @@
+"""FLOP counting (attention and grouped-conv backward included) and the benchmark tools,
+run for real on small sizes (the numbers they print are measurements, not checked here)."""
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import cvt_mm  # noqa: F401
+from cvt_mm.flops import count_flops
+from cvt_mm.models.cmt import CMT
+from cvt_mm.models.cvt import CvT
+from cvt_mm.models.layers import sdpa_attention
+from tool_loader import TOOLS
+
+REPO = os.path.dirname(TOOLS)
+
+
+def test_fused_cpu_attention_is_counted_forward_and_backward():
+    b, h, nq, nk, d = 2, 3, 40, 24, 8
+    q = torch.randn(b, h, nq, d, requires_grad=True)
+    k, v = torch.randn(b, h, nk, d), torch.randn(b, h, nk, d)
+    one_product = 2 * b * h * nq * nk * d  # q kᵀ, and again probs v
+    forward = count_flops(lambda: F.scaled_dot_product_attention(q, k, v))
+    assert forward.flops == 2 * one_product
+    assert set(forward.by_op) == {'_scaled_dot_product_flash_attention_for_cpu'}
+    both = count_flops(lambda: F.scaled_dot_product_attention(q, k, v).sum().backward())
+    assert both.flops > 3 * forward.flops  # the backward recomputes and takes 4 more products
+
+
+def test_biased_attention_with_a_bias_gradient_is_counted():
+    q, k, v = (torch.randn(1, 2, 30, 8) for _ in range(3))
+    bias = torch.randn(1, 2, 30, 30, requires_grad=True)
+    forward = count_flops(lambda: sdpa_attention(q, k, v, 0.3, bias=bias))
+    assert forward.flops == 2 * 2 * 2 * 30 * 30 * 8
+
+
+def test_grouped_convolution_backward_counts_twice_its_forward():
+    """Input and weight gradients each cost the forward's multiply-adds (PyTorch's own
+    formula ignores groups and counts a depth-wise backward ``channels`` times too high)."""
+    conv = torch.nn.Conv2d(32, 32, 3, padding=1, groups=32)
+    x = torch.randn(2, 32, 20, 20, requires_grad=True)
+    forward = count_flops(lambda: conv(x))
+    assert forward.flops == 2 * (2 * 32 * 20 * 20 * 9)
+    both = count_flops(lambda: conv(x).sum().backward())
+    assert both.by_op['convolution_backward'] == 2 * forward.flops
+
+
+@pytest.mark.parametrize('model,size,published', [
+    (dict(type=CvT, arch='13'), 224, 4.5), (dict(type=CvT, arch='21'), 224, 7.1),
+    (dict(type=CMT, arch='ti'), 160, 0.6), (dict(type=CMT, arch='xs'), 192, 1.5),
+    (dict(type=CMT, arch='s'), 224, 4.0), (dict(type=CMT, arch='b'), 256, 9.3)])
+def test_counts_match_the_papers(model, size, published):
+    """The papers' GFLOPs (multiply-adds) at their ImageNet resolutions, to their rounding
+    (CvT-13 counts 4.57: the papers round down)."""
+    net = model.pop('type')(**model, out_type='logits').eval()
+    with torch.no_grad():
+        gmacs = count_flops(net, torch.randn(1, 3, size, size)).gmacs
+    assert abs(gmacs - published) <= 0.08 * published + 0.05, gmacs
+
+
+def run_tool(*args) -> subprocess.CompletedProcess:
+    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc
+
+
+def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
+    small = ("dict(type='CMT', arch=dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8],"
+             " depths=[1, 1, 1, 1], stem_channels=8, fc_channels=32), pretrain_img_size=64)")
+    out = tmp_path / 'bench.json'
+    proc = run_tool('tools/benchmark_backbone.py', '--model', small, '--sizes', '64x96',
+                    '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
+                    '--profile', '4', '--json', str(out))
+    results = json.loads(out.read_text())['results']
+    infer, train = results
+    assert (infer['mode'], train['mode']) == ('infer', 'train')
+    # The same forward, plus in training the bias resize that eval mode caches.
+    assert infer['gflop'] < train['fwd_gflop'] < 1.05 * infer['gflop']
+    assert 2.5 < train['gflop'] / infer['gflop'] < 3.5  # backward ~ twice the forward
+    assert infer['bwd_s'] is None and train['bwd_s'] > 0
+    assert train['peak_rss_mib'] >= train['model_rss_mib'] > 0
+    assert 'convolution_backward' in train['profile_backward']
+    assert 'top operators, forward' in proc.stdout and '64x96' in proc.stdout
+
+
+def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
+    out = tmp_path / 'iter.json'
+    proc = run_tool('tools/benchmark_train_iter.py', '--models', 'cmt_s', 'swin_t',
+                    '--size', '128', '160', '--iters', '1', '--profile', '3',
+                    '--json', str(out))
+    results = json.loads(out.read_text())['results']
+    cmt, swin = results['cmt_s'], results['swin_t']
+    for r in (cmt, swin):
+        assert r['gflop'] > 0 and r['fwd_s'] > 0 and r['bwd_s'] > 0
+        assert r['peak_rss_gib'] > 0 and torch.isfinite(torch.tensor(r['loss']))
+    assert cmt['time_ratio'] == pytest.approx(cmt['wall_s'] / swin['wall_s'])
+    assert cmt['work_ratio'] == pytest.approx(cmt['gflop'] / swin['gflop'])
+    assert 'Mask R-CNN CMT-S: top operators, backward' in proc.stdout
