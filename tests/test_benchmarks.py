@@ -2,6 +2,7 @@
 run for real on small sizes (the numbers they print are measurements, not checked here)."""
 import json
 import os
+import re
 import subprocess
 import sys
 
@@ -14,7 +15,7 @@ from cvt_mm.flops import count_flops
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.layers import sdpa_attention
-from tool_loader import TOOLS
+from tool_loader import TOOLS, load_tool
 
 REPO = os.path.dirname(TOOLS)
 
@@ -101,3 +102,27 @@ def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
     assert cmt['time_ratio'] == pytest.approx(cmt['wall_s'] / swin['wall_s'])
     assert cmt['work_ratio'] == pytest.approx(cmt['gflop'] / swin['gflop'])
     assert 'Mask R-CNN CMT-S: top operators, backward' in proc.stdout
+
+
+@pytest.mark.parametrize('config', ['configs/mask_rcnn_cmt_s_coco.py',
+                                    'configs/upernet_cvt13_ade20k.py',
+                                    'configs/imagenet_cvt13_300e_in1k.py'])
+def test_get_flops_counts_whole_models_of_each_kind(config, capsys):
+    """Detector, segmentor and classifier: the whole model's multiply-adds include its
+    backbone's (attention counted), printed as MMDetection's tool prints them."""
+    get_flops = load_tool('analysis_tools/get_flops')
+    assert get_flops.main([os.path.join(REPO, config), '--shape', '128', '160']) == 0
+    out = capsys.readouterr().out
+    flops = float(re.search(r'^Flops: ([\d.]+) GFLOPs$', out, re.M).group(1))
+    backbone = float(re.search(r'^Backbone flops: ([\d.]+) GFLOPs', out, re.M).group(1))
+    params = float(re.search(r'^Params: ([\d.]+) M$', out, re.M).group(1))
+    assert flops >= backbone > 0 and params > 1
+    if 'imagenet' not in config:  # a classifier's backbone holds its head; others add heads
+        assert flops > backbone
+    assert 'Input shape: (128, 160)' in out
+
+
+def test_get_flops_rejects_a_bad_shape():
+    get_flops = load_tool('analysis_tools/get_flops')
+    with pytest.raises(SystemExit):
+        get_flops.parse_args(['configs/mask_rcnn_cvt13_coco.py', '--shape', '1', '2', '3'])

@@ -7,7 +7,8 @@ import os
 
 # Huge pages for the CPU allocator's large tensors; read once, when torch loads, so set
 # before any import. Page faults on fresh 70-280 MB maps cost CMT-S 20-25 % of its CPU
-# forward at 800x1333 (docs/benchmarks.md); no effect on CUDA memory.
+# forward at 800x1333, for +20 % peak RSS (docs/benchmarks.md); THP_MEM_ALLOC_ENABLE=0 opts
+# out. No effect on CUDA memory.
 os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')
 
 import argparse
