@@ -117,7 +117,9 @@ def test_backbones_compile_without_graph_breaks(kind):
     checked (the ``eager`` backend runs the traced graph as is, so the test takes seconds,
     not the minutes of inductor's C++ codegen); outputs and gradients equal the module's."""
     model = small(kind).train()
-    compiled = torch.compile(model, fullgraph=True, backend='eager')
+    # dynamic=False: a second input size recompiles for that size (automatic dynamic shapes
+    # would retrace symbolically, a minute here, and is not what is being checked).
+    compiled = torch.compile(model, fullgraph=True, backend='eager', dynamic=False)
     x = torch.randn(2, 3, 64, 96)
     grads = []
     for fn in (model, compiled):
