@@ -35,7 +35,7 @@ from torch import nn
 
 from ..registry import MODELS
 from .layers import (attention, batchnorm_eval, check_batchnorm_statistics, check_choice,
-                     check_indices, freeze_modules, nchw_to_nlc, nlc_to_nchw,
+                     check_indices, freeze_modules, layer_depth, nchw_to_nlc, nlc_to_nchw,
                      stochastic_depth_rates, trunc_normal_init_, unused_by_featmaps)
 from .weights import CheckpointError, load_pretrained
 
@@ -507,6 +507,13 @@ class CMT(BaseModule):
             print_log(f'{key}: resized from query grid {src_q} x key grid {src_k} to '
                       f'{stage.query_grid} x {stage.key_grid} (bicubic)', logger='current')
         return sd
+
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> tuple:
+        """``(depth, num_layers)`` of a parameter for layer-wise learning-rate decay
+        (MMPretrain's ``LearningRateDecayOptimWrapperConstructor``; for detectors and
+        segmentors ``cvt_mm.engine.BackboneLayerDecayOptimWrapperConstructor``). See
+        :func:`~cvt_mm.models.layers.layer_depth` for the numbering."""
+        return layer_depth(param_name, prefix, self.arch_settings['depths'])
 
     # ---------------------------------------------------------------- training modes
     def _freeze_stages(self):

@@ -27,7 +27,8 @@ from torch import nn
 from ..registry import MODELS
 from .layers import (FP32LayerNorm, QuickGELU, attention, batchnorm_eval,
                      check_batchnorm_statistics, check_choice, check_indices, freeze_modules,
-                     nchw_to_nlc, nlc_to_nchw, trunc_normal_init_, unused_by_featmaps)
+                     layer_depth, nchw_to_nlc, nlc_to_nchw, trunc_normal_init_,
+                     unused_by_featmaps)
 from .weights import load_pretrained
 
 ARCH_SETTINGS = {
@@ -406,6 +407,13 @@ class CvT(BaseModule):
             modules += [self.out_norms[str(i)] for i in range(self.frozen_stages)
                         if str(i) in self.out_norms]
         return modules
+
+    def get_layer_depth(self, param_name: str, prefix: str = '') -> tuple:
+        """``(depth, num_layers)`` of a parameter for layer-wise learning-rate decay
+        (MMPretrain's ``LearningRateDecayOptimWrapperConstructor``; for detectors and
+        segmentors ``cvt_mm.engine.BackboneLayerDecayOptimWrapperConstructor``). See
+        :func:`~cvt_mm.models.layers.layer_depth` for the numbering."""
+        return layer_depth(param_name, prefix, self.depths)
 
     def train(self, mode: bool = True):
         super().train(mode)

@@ -275,3 +275,34 @@ def trunc_normal_init_(module: nn.Module, std: float = 0.02) -> None:
             nn.init.normal_(m.weight, 0, math.sqrt(2.0 / fan_out))
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
+
+
+def layer_depth(param_name: str, prefix: str, depths: Sequence[int]) -> tuple:
+    """``(depth, num_layers)`` of a backbone parameter for layer-wise learning-rate decay,
+    in MMPretrain's ``get_layer_depth`` convention (num_layers = blocks + 2): 0 for the stem
+    and the first patch embedding; block ``j`` of stage ``s`` is ``1 + sum(depths[:s]) + j``;
+    a later stage's patch embedding sits with the previous stage's last block (as Swin's
+    downsampling); a stage's shared tensors (CMT's ``relative_pos``, CvT's ``cls_token``)
+    with its first block; everything else (final norm, classifier, output norms, and any
+    name outside ``prefix``: necks and heads) is the top, ``num_layers - 1``, at the full LR.
+
+    Example::
+
+        >>> layer_depth('backbone.stages.1.blocks.0.attn.q.weight', 'backbone.', [1, 2, 10])
+        (2, 15)
+    """
+    num_layers = sum(depths) + 2
+    if not param_name.startswith(prefix):
+        return num_layers - 1, num_layers
+    parts = param_name[len(prefix):].split('.')
+    if parts[0] == 'stem':
+        return 0, num_layers
+    if parts[0] != 'stages' or len(parts) < 3:
+        return num_layers - 1, num_layers
+    stage = int(parts[1])
+    before = sum(depths[:stage])
+    if parts[2] == 'blocks':
+        return 1 + before + int(parts[3]), num_layers
+    if parts[2] == 'patch_embed':
+        return before, num_layers
+    return 1 + before, num_layers
