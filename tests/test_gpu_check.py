@@ -65,7 +65,9 @@ def test_rehearsal_runs_every_cpu_check_for_real(rehearsal):
         assert all(math.isfinite(v) for v in steps[name]['detail']['losses'])
     assert 'time_ratio' in steps['Mask R-CNN CvT-13 / Swin-T']['detail']
     ddp = [r for r in rows if r['check'] == 'ddp']
-    assert len(ddp) == 2
+    # A GPU runs every DDP config; the rehearsal one (test_distributed.py runs the others).
+    assert gpu_check.Plan.for_device('cuda').ddp_configs == tuple(gpu_check.DDP_CONFIGS)
+    assert [r['subject'] for r in ddp] == ['Mask R-CNN CvT-13 (tools/dist_train.sh)']
     for r in ddp:
         assert r['status'] == gpu_check.PASS, r
         assert r['detail']['iterations'] >= 3 and r['detail']['checkpoints']
