@@ -6,8 +6,9 @@ loadable under torch's safe unpickling (see ``cvt_mm.checkpoint_compat``) and re
 training-engine pieces (see ``cvt_mm.engine``: CPU DDP, atomic checkpoints, resume, hooks).
 """
 from . import checkpoint_compat  # noqa: F401  (side effect: allow MMEngine's own types)
-from . import engine  # noqa: F401  (side effect: register the wrapper, backend and hooks)
+# First: engine.optim imports mmpretrain, which must see the compatibility switch.
 from . import toolbox_compat  # noqa: F401  (side effect: mmpretrain beside transformers >= 5)
+from . import engine  # noqa: F401  (side effect: register the wrapper, backend and hooks)
 from . import models  # noqa: F401  (side effect: register the backbones)
 
 __version__ = '0.1.0'
