@@ -145,12 +145,12 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     """
     b, h, nq, _ = q.shape
     nk = k.shape[-2]
-    rows = max(1, max_score_elements // max(1, b * h * nk))
     if q.device.type == 'cpu' and dropout_p == 0:
         if bias is not None and bias.requires_grad and torch.is_grad_enabled():
             backward_rows = max(1, BACKWARD_CHUNK_SCORES // max(1, b * h * nk))
             return BiasGradAttention.apply(q, k, v, bias, scale, backward_rows)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
+    rows = max(1, max_score_elements // max(1, b * h * nk))
     if nq <= rows:
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
