@@ -19,27 +19,10 @@ model = dict(
     backbone=dict(type='CMT', arch='s', out_type='logits',
                   num_classes={{_base_.num_classes}}, drop_path_rate=0.1))
 
-img_size = 224
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='RandomResizedCrop', scale=img_size, backend='pillow', interpolation='bicubic'),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    {{_base_.rand_augment}},
-    {{_base_.random_erasing}},
-    dict(type='PackInputs'),
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='ResizeEdge', scale=int(256 / 224 * img_size), edge='short', backend='pillow',
-         interpolation='bicubic'),
-    dict(type='CenterCrop', crop_size=img_size),
-    dict(type='PackInputs'),
-]
 train_dataloader = dict(
     batch_size=128,
-    sampler=dict(type='RepeatAugSampler', shuffle=True, num_repeats=3),
-    dataset=dict(pipeline=train_pipeline))
-val_dataloader = dict(batch_size=128, dataset=dict(pipeline=test_pipeline))
+    sampler=dict(type='RepeatAugSampler', shuffle=True, num_repeats=3))
+val_dataloader = dict(batch_size=128)
 test_dataloader = val_dataloader
 
 base_lr = 1e-3

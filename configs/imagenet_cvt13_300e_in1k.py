@@ -17,24 +17,8 @@ model = dict(
     backbone=dict(type='CvT', arch='13', out_type='logits',
                   num_classes={{_base_.num_classes}}, drop_path_rate=0.1))
 
-img_size = 224
-train_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='RandomResizedCrop', scale=img_size, backend='pillow', interpolation='bicubic'),
-    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
-    {{_base_.rand_augment}},
-    {{_base_.random_erasing}},
-    dict(type='PackInputs'),
-]
-test_pipeline = [
-    dict(type='LoadImageFromFile'),
-    dict(type='ResizeEdge', scale=int(img_size / 0.875), edge='short', backend='pillow',
-         interpolation='bicubic'),
-    dict(type='CenterCrop', crop_size=img_size),
-    dict(type='PackInputs'),
-]
-train_dataloader = dict(batch_size=256, dataset=dict(pipeline=train_pipeline))
-val_dataloader = dict(batch_size=64, dataset=dict(pipeline=test_pipeline))
+train_dataloader = dict(batch_size=256)
+val_dataloader = dict(batch_size=64)
 test_dataloader = val_dataloader
 
 base_lr = 2e-3

@@ -1,17 +1,8 @@
-# UperNet with CMT-S on ADE20K (160k): the CvT-13 recipe. CMT has four stages (strides
-# 4-32), so UPerHead gets the standard four levels with pyramid pooling on the stride-32 one.
-_base_ = './upernet_cvt13_ade20k.py'
-
-pretrained = 'checkpoints/cmt_small.pth'
-model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CMT',
-        arch='s',
-        out_indices=(0, 1, 2, 3),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
-    decode_head=dict(in_channels=[64, 128, 256, 512], in_index=[0, 1, 2, 3]),
-    # The stride-16 stage, as for ResNet/Swin UperNets.
-    auxiliary_head=dict(in_channels=256, in_index=2))
+# UperNet + auxiliary FCN head with CMT-S on ADE20K (160k): the recipe of
+# upernet_cvt13_ade20k.py.
+_base_ = [
+    './_base_/models/upernet_cmt_s.py',
+    './_base_/datasets/ade20k_bs2.py',
+    'mmseg::_base_/default_runtime.py',
+    './_base_/schedules/adamw_160k.py',
+]

@@ -2,63 +2,8 @@
 # iterations, 16 images per iteration (2 per GPU x 8 GPUs). Recipe as MMSegmentation's Swin
 # UperNet: AdamW lr 6e-5, weight decay 0.01, 1500-iteration linear warmup, then poly decay.
 _base_ = [
-    'mmseg::_base_/models/upernet_r50.py',
-    'mmseg::_base_/datasets/ade20k.py',
+    './_base_/models/upernet_cvt13.py',
+    './_base_/datasets/ade20k_bs2.py',
     'mmseg::_base_/default_runtime.py',
-    'mmseg::_base_/schedules/schedule_160k.py',
+    './_base_/schedules/adamw_160k.py',
 ]
-custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-
-crop_size = (512, 512)
-data_preprocessor = dict(size=crop_size)
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
-model = dict(
-    data_preprocessor=data_preprocessor,
-    pretrained=None,
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        out_indices=(0, 1, 2),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
-    # CvT has three stages (strides 4, 8, 16). UPerHead works on any number of levels, so it
-    # takes the three real ones and runs its pyramid pooling on the stride-16 map (32x32 for a
-    # 512 crop, so pool scales 1/2/3/6 all cover several cells). We add no synthetic
-    # stride-32 level: a strided conv of C4 carries no information C4 lacks, would start
-    # untrained beside the pretrained backbone, and adaptive pooling does not need it.
-    decode_head=dict(in_channels=[64, 192, 384], in_index=[0, 1, 2], pool_scales=(1, 2, 3, 6),
-                     num_classes=150),
-    # Deep supervision on the stride-16 level, where ResNet/Swin UperNets attach it too.
-    auxiliary_head=dict(in_channels=384, in_index=2, num_classes=150))
-
-# BatchNorm at 2 images per GPU: SyncBN over all GPUs (16 images of 512x512), in the backbone
-# as in MMSegmentation's own heads: when training is distributed, MMEngine converts every
-# BatchNorm of the model (CvT's projections, CMT's stem, sr convs and IRFFN). This is how
-# MMSegmentation trains BN backbones: 160k iterations of dense labels move the statistics away
-# from ImageNet's. On a CPU-only machine tools/train.py reverts SyncBN to per-process BN.
-sync_bn = 'torch'
-
-optim_wrapper = dict(
-    _delete_=True,
-    type='OptimWrapper',
-    optimizer=dict(type='AdamW', lr=6e-5, betas=(0.9, 0.999), weight_decay=0.01),
-    # No weight decay on normalisation layers (by module type), CvT's cls token or CMT's
-    # relative position biases.
-    paramwise_cfg=dict(
-        norm_decay_mult=0.,
-        custom_keys={
-            'cls_token': dict(decay_mult=0.),
-            'relative_pos': dict(decay_mult=0.),
-        }))
-param_scheduler = [
-    dict(type='LinearLR', start_factor=1e-6, by_epoch=False, begin=0, end=1500),
-    dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=160000, by_epoch=False),
-]
-# 16 = 8 GPUs x 2 images.
-train_dataloader = dict(batch_size=2)
-val_dataloader = dict(batch_size=1)
-test_dataloader = val_dataloader
-auto_scale_lr = dict(enable=False, base_batch_size=16)

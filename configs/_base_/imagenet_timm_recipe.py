@@ -36,6 +36,29 @@ random_erasing = dict(
     type='RandomErasing', erase_prob=0.25, mode='rand', min_area_ratio=0.02,
     max_area_ratio=1 / 3, fill_color=bgr_mean, fill_std=bgr_std)
 
+# timm's training and test transforms at 224 (bicubic RandomResizedCrop + flip, RandAugment,
+# random erasing; test: short side to 256 = 224 / 0.875, center crop 224). A config at another
+# resolution replaces both lists with its own sizes.
+img_size = 224
+train_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='RandomResizedCrop', scale=img_size, backend='pillow', interpolation='bicubic'),
+    dict(type='RandomFlip', prob=0.5, direction='horizontal'),
+    rand_augment,
+    random_erasing,
+    dict(type='PackInputs'),
+]
+test_pipeline = [
+    dict(type='LoadImageFromFile'),
+    dict(type='ResizeEdge', scale=int(256 / 224 * img_size), edge='short', backend='pillow',
+         interpolation='bicubic'),
+    dict(type='CenterCrop', crop_size=img_size),
+    dict(type='PackInputs'),
+]
+train_dataloader = dict(dataset=dict(pipeline=train_pipeline))
+val_dataloader = dict(dataset=dict(pipeline=test_pipeline))
+test_dataloader = val_dataloader
+
 optim_wrapper = dict(
     type='OptimWrapper',
     optimizer=dict(type='AdamW', eps=1e-8, betas=(0.9, 0.999)),
