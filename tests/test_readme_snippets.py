@@ -28,8 +28,9 @@ def config_snippets():
 @pytest.mark.parametrize('snippet', list(config_snippets()))
 def test_config_snippet_builds(snippet, tmp_path):
     # Paths in snippets are relative to the repository root, where users run the tools.
-    text = re.sub(r"_base_ = '([^']+)'", lambda m: f"_base_ = {osp.join(ROOT, m.group(1))!r}",
-                  snippet)
+    # One base or a list of them (a model config and a fragment such as tensorboard.py).
+    text = re.sub(r"_base_ = (\[[^\]]*\]|'[^']+')", lambda m: '_base_ = ' + re.sub(
+        r"'([^':]+)'", lambda p: repr(osp.join(ROOT, p.group(1))), m.group(1)), snippet)
     path = tmp_path / 'snippet.py'
     path.write_text(text)
     cfg = Config.fromfile(str(path))

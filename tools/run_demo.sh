@@ -25,4 +25,5 @@ echo "== 4/4 image demo on one val image -> $OUT/image_demo.jpg"
 IMAGE=$(ls data/demo/coco/val2017/*.jpg | head -n 1)
 "$PY" tools/image_demo.py "$IMAGE" "$CONFIG" "$CKPT" --out-file "$OUT/image_demo.jpg"
 
+"$PY" tools/analysis_tools/plot_curves.py "$WORK_DIR" --out "$OUT/curves"  # lists the PNGs
 echo "== done in $(( $(date +%s) - start )) s: metrics in $WORK_DIR/test, pictures in $OUT"
