@@ -25,7 +25,8 @@ from launch_utils import (build_runner, check_dataset_paths, load_config,
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description='Test (and evaluate) a checkpoint')
     parser.add_argument('config', help='test config file path')
-    parser.add_argument('checkpoint', help='checkpoint file')
+    parser.add_argument('checkpoint', help='checkpoint file, or an http(s):// URL '
+                        '(downloaded once into the torch hub cache; docs/checkpoints.md)')
     parser.add_argument('--work-dir', help='where the evaluation metrics and logs go')
     parser.add_argument('--out', help='dump the raw predictions to this .pkl file')
     parser.add_argument('--show', action='store_true', help='show prediction pictures')

@@ -8,7 +8,8 @@ registered below: how to recognise it from its keys and how to rename it into ou
 (:func:`load_pretrained`) then has one behaviour for all of them:
 
 * the file is read with ``torch.load(weights_only=True)`` (or safetensors): a weight file from
-  the internet is never unpickled as arbitrary code;
+  the internet is never unpickled as arbitrary code; an ``http(s)://`` URL is downloaded once
+  into the torch hub cache first (``cvt_mm.hub``);
 * a checkpoint of another architecture (tensors of another shape, parameters the file lacks
   or keys the model lacks, outside the classifier head and our optional output norms) raises,
   naming the keys and the architecture each side looks like; ``allow_partial=True`` loads what
@@ -16,6 +17,10 @@ registered below: how to recognise it from its keys and how to rename it into ou
 * a classifier head whose ``num_classes`` differs is skipped with a warning;
 * a model may adapt tensors whose shape legitimately depends on the input resolution (CMT's
   relative position biases) through ``adapt_pretrained_state_dict``.
+
+:data:`PUBLISHED` is the one table of published ImageNet checkpoints (file, URL, resolution,
+top-1, licence, SHA-256) behind the "file not found" hints, the hub's checksums and
+``tools/misc/download_checkpoints.py``.
 """
 from __future__ import annotations
 
@@ -68,47 +73,158 @@ def formats(family: Optional[str] = None) -> List[WeightFormat]:
 
 
 # --------------------------------------------------------------------------------------------
-# Reading files
+# Where the pretrained weights are published (one table: the hints, the hub, the tool)
 # --------------------------------------------------------------------------------------------
 @dataclass(frozen=True)
 class PublishedCheckpoint:
-    """Where a family's pretrained weights are published (for the "file not found" hint).
+    """One published ImageNet checkpoint: what it is, where it is, under which terms.
 
-    ``filename`` is the name the file is published under, or ``''`` where the source names
-    its files generically (Hugging Face's ``model.safetensors``)."""
+    Attributes:
+        name (str): what ``tools/misc/download_checkpoints.py`` selects it by (``'cvt-13'``).
+        family (str): ``'cvt'`` or ``'cmt'``.
+        arch (str): the backbone ``arch`` it fits (``'13'``, ``'w24'``, ``'s'``, ...).
+        filename (str): the file name our configs expect under ``checkpoints/`` (the name the
+            authors publish it under).
+        url (str): a direct download URL.
+        input_size (int): the square resolution it was trained (or fine-tuned) at.
+        top1 (float): ImageNet-1k top-1 accuracy (%) as the authors report it.
+        pretrain (str): ``'IN-1k'``, or ``'IN-22k'`` (then fine-tuned on ImageNet-1k).
+        licence (str): SPDX identifier of the terms the file at ``url`` is published under, or
+            ``'unknown'``.
+        sha256 (str, optional): hex SHA-256 of the file at ``url``; None where not known.
+            Defaults to None.
+        manual (str): where the authors' own file is when it has no direct link (CvT's
+            OneDrive model zoo); ``''`` when ``url`` is the authors' file. Defaults to ``''``.
+
+    Example::
+
+        >>> entry = published_by_name('cmt-small')
+        >>> entry.filename, entry.input_size, entry.top1
+        ('cmt_small.pth', 224, 83.5)
+    """
+    name: str
     family: str
+    arch: str
     filename: str
-    source: str
-    description: str = ''
+    url: str
+    input_size: int
+    top1: float
+    pretrain: str
+    licence: str
+    sha256: Optional[str] = None
+    manual: str = ''
 
 
-_PUBLISHED: List[PublishedCheckpoint] = []
+# The official CvT files (microsoft/CvT README, "model zoo") are in a OneDrive folder, which has
+# no stable direct link; the URLs below are Hugging Face's conversions of the same weights,
+# which the CvT loader reads as they are (layout 'cvt-huggingface').
+_CVT_MODEL_ZOO = 'https://1drv.ms/u/s!AhIXJn_J-blW9RzF3rMW7SsLHa8h?e=blQ0Al'
+_HF = 'https://huggingface.co/microsoft/{}/resolve/main/pytorch_model.bin'
+# Linked from huawei-noah/Efficient-AI-Backbones/cmt_pytorch/README.md (released July 2022;
+# the first cmt_xs.pth upload was a copy of cmt_small.pth, replaced on 2022-07-01,
+# ggjy/CMT.pytorch issue #1).
+_CMT_RELEASE = 'https://github.com/ggjy/CMT.pytorch/releases/download/release-v1/'
 
+# Where the facts come from:
+# * top-1: microsoft/CvT README "Main results" (CvT), ggjy/CMT.pytorch README (CMT).
+# * files: every microsoft/cvt-* repository has pytorch_model.bin on its main branch; cvt-13
+#   also model.safetensors (added by Hugging Face's safetensors convert bot), the others only
+#   in unmerged pull requests. pytorch_model.bin for all: one kind of file, a real torch file
+#   under the .pth name the configs expect, read with weights_only=True like any other.
+# * licences: 'apache-2.0' is the licence field of each microsoft/cvt-* model card on Hugging
+#   Face. That of the official OneDrive files could not be established (microsoft/CvT's README
+#   states none for the weights): docs/checkpoints.md says "unknown" for them. CMT: the README
+#   of ggjy/CMT.pytorch, whose release hosts the files, has a "License: MIT" section (the code's
+#   copy in huawei-noah/Efficient-AI-Backbones is Apache-2.0, cmt_pytorch/License.txt).
+# * sha256: the Git LFS SHA256 that Hugging Face shows on a file's page, where it could be
+#   looked up (pytorch_model.bin of microsoft/cvt-13-384 and cvt-21-384 on main); None
+#   elsewhere: no network here to hash the files, and a hash is never guessed.
+PUBLISHED: Tuple[PublishedCheckpoint, ...] = (
+    PublishedCheckpoint('cvt-13', 'cvt', '13', 'CvT-13-224x224-IN-1k.pth', _HF.format('cvt-13'),
+                        224, 81.6, 'IN-1k', 'apache-2.0', manual=_CVT_MODEL_ZOO),
+    PublishedCheckpoint('cvt-13-384', 'cvt', '13', 'CvT-13-384x384-IN-1k.pth',
+                        _HF.format('cvt-13-384'), 384, 83.0, 'IN-1k', 'apache-2.0',
+                        'bac7a58899c41b4cd90bfded50f1d4e1cf283c2d3255e3fce7ff7350e0d23438',
+                        manual=_CVT_MODEL_ZOO),
+    PublishedCheckpoint('cvt-13-384-22k', 'cvt', '13', 'CvT-13-384x384-IN-22k.pth',
+                        _HF.format('cvt-13-384-22k'), 384, 83.3, 'IN-22k', 'apache-2.0',
+                        manual=_CVT_MODEL_ZOO),
+    PublishedCheckpoint('cvt-21', 'cvt', '21', 'CvT-21-224x224-IN-1k.pth', _HF.format('cvt-21'),
+                        224, 82.5, 'IN-1k', 'apache-2.0', manual=_CVT_MODEL_ZOO),
+    PublishedCheckpoint('cvt-21-384', 'cvt', '21', 'CvT-21-384x384-IN-1k.pth',
+                        _HF.format('cvt-21-384'), 384, 83.3, 'IN-1k', 'apache-2.0',
+                        'c19b5977814f89e610d6e8e30582586ff02168a7e8dcd7a117aa9fa5a234e051',
+                        manual=_CVT_MODEL_ZOO),
+    PublishedCheckpoint('cvt-21-384-22k', 'cvt', '21', 'CvT-21-384x384-IN-22k.pth',
+                        _HF.format('cvt-21-384-22k'), 384, 84.9, 'IN-22k', 'apache-2.0',
+                        manual=_CVT_MODEL_ZOO),
+    PublishedCheckpoint('cvt-w24-384-22k', 'cvt', 'w24', 'CvT-w24-384x384-IN-22k.pth',
+                        _HF.format('cvt-w24-384-22k'), 384, 87.6, 'IN-22k', 'apache-2.0',
+                        manual=_CVT_MODEL_ZOO),
+    PublishedCheckpoint('cmt-tiny', 'cmt', 'ti', 'cmt_tiny.pth', _CMT_RELEASE + 'cmt_tiny.pth',
+                        160, 79.0, 'IN-1k', 'MIT'),
+    PublishedCheckpoint('cmt-xs', 'cmt', 'xs', 'cmt_xs.pth', _CMT_RELEASE + 'cmt_xs.pth',
+                        192, 81.8, 'IN-1k', 'MIT'),
+    PublishedCheckpoint('cmt-small', 'cmt', 's', 'cmt_small.pth', _CMT_RELEASE + 'cmt_small.pth',
+                        224, 83.5, 'IN-1k', 'MIT'),
+    PublishedCheckpoint('cmt-base', 'cmt', 'b', 'cmt_base.pth', _CMT_RELEASE + 'cmt_base.pth',
+                        256, 84.5, 'IN-1k', 'MIT'),
+)
 
-def register_published(entry: PublishedCheckpoint) -> PublishedCheckpoint:
-    _PUBLISHED.append(entry)
-    return entry
+DOWNLOAD_TOOL = 'tools/misc/download_checkpoints.py'
 
 
 def published(family: Optional[str] = None) -> List[PublishedCheckpoint]:
-    return [p for p in _PUBLISHED if family is None or p.family == family]
+    """The rows of :data:`PUBLISHED` of ``family`` (all when ``None``)."""
+    return [p for p in PUBLISHED if family is None or p.family == family]
+
+
+def published_by_name(name: str) -> Optional[PublishedCheckpoint]:
+    """The row called ``name`` (``'cvt-13'``) or published as file ``name``
+    (``'cmt_small.pth'``), case-insensitively; ``None`` when there is none."""
+    name = name.lower()
+    return next((p for p in PUBLISHED if name in (p.name, p.filename.lower())), None)
+
+
+def published_for_url(url: str) -> Optional[PublishedCheckpoint]:
+    """The row whose download URL is ``url`` (a query string ignored), or ``None``."""
+    url = url.split('?', 1)[0]
+    return next((p for p in PUBLISHED if p.url == url), None)
 
 
 def download_hint(path: str, family: Optional[str] = None) -> str:
-    """Where to get a missing checkpoint: the entry published under the file's name, else the
-    ``family``'s published checkpoints; ``''`` when nothing is known."""
-    name = os.path.basename(path).lower()
-    same_name = [p for p in _PUBLISHED if p.filename and p.filename.lower() == name]
-    entries = same_name or published(family)
+    """Where to get a missing checkpoint: the row published under the file's name, else the
+    ``family``'s rows; ``''`` when nothing is known.
+
+    Example::
+
+        >>> print(download_hint('checkpoints/cmt_small.pth'))
+        <BLANKLINE>
+        Published cmt checkpoint:
+          cmt_small.pth (cmt-small): https://github.com/ggjy/CMT.pytorch/releases/...
+        Get it with: python tools/misc/download_checkpoints.py cmt-small ...
+    """
+    same_name = published_by_name(os.path.basename(path))
+    entries = [same_name] if same_name else published(family) if family else []
     if not entries:
         return ''
-    family = entries[0].family
-    lines = [f'  {p.filename or p.description}: {p.source}' for p in entries]
-    return (f'\nPublished {family} checkpoints (download, then point init_cfg at the file; '
-            f'python tools/convert_weights.py SRC DST rewrites any of them in '
-            'this project\'s layout):\n' + '\n'.join(lines))
+    lines = [f'  {p.filename} ({p.name}): {p.url}' for p in entries]
+    for manual in dict.fromkeys(p.manual for p in entries if p.manual):
+        lines.append(f"  (the authors' own files, same weights: {manual}, a OneDrive folder "
+                     'without direct links: download by hand)')
+    one = len(entries) == 1
+    names = entries[0].name if one else f"'{entries[0].family}-*'"
+    return (f'\nPublished {entries[0].family} checkpoint{"" if one else "s"}:\n'
+            + '\n'.join(lines)
+            + f'\nGet {"it" if one else "them"} with: python {DOWNLOAD_TOOL} {names} (into '
+            "checkpoints/), or give the URL itself as init_cfg's checkpoint (downloaded once "
+            'into the torch hub cache). python tools/convert_weights.py SRC DST rewrites any of '
+            "them in this project's layout.")
 
 
+# --------------------------------------------------------------------------------------------
+# Reading files
+# --------------------------------------------------------------------------------------------
 _ZIP_MAGIC = b'PK\x03\x04'  # torch.save's default (zip) format
 _PICKLE_PROTOCOL_BYTE = 0x80  # torch.save's legacy format: a pickle stream
 
@@ -134,9 +250,10 @@ def sniff_file(path: str) -> str:
 
 
 def _not_a_file_error(path: str, family: Optional[str]) -> CheckpointError:
-    if re.match(r'^[a-z][a-z0-9+.-]*://', path, re.I):
+    if re.match(r'^[a-z][a-z0-9+.-]*://', path, re.I):  # http(s):// never gets here
         return CheckpointError(
-            f'checkpoint {path} is a URL; download the file first and point to it by path'
+            f'checkpoint {path} is a URL; download the file first and point to it by path '
+            '(only http:// and https:// URLs are downloaded, into the torch hub cache)'
             f'{download_hint(path, family)}')
     if os.path.isdir(path):
         inside = sorted(f for f in os.listdir(path)
@@ -189,18 +306,26 @@ def _unreadable_error(path: str, kind: str, err: Exception,
 def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
     """Read a ``.pth``/``.pt``/``.bin``/``.ckpt`` (safe unpickling) or ``.safetensors`` file.
 
-    A path that is not a readable weight file (missing, a URL, a directory, empty, an HTML
-    page, truncated, carrying pickled objects) raises :class:`CheckpointError` saying which of
-    these it is and what to do. ``family`` (``'cvt'``, ``'cmt'``) adds where that family's
-    weights are published.
+    ``path`` may be an ``http://`` or ``https://`` URL: the file is downloaded once into the
+    torch hub cache and checked against its SHA-256 when :data:`PUBLISHED` knows it (see
+    :mod:`cvt_mm.hub`), then read like a local file. A path that is not a readable weight file
+    (missing, another kind of URL, a directory, empty, an HTML page, truncated, carrying
+    pickled objects) raises :class:`CheckpointError` saying which of these it is and what to
+    do; a failed download raises its subclass ``cvt_mm.hub.DownloadError``. ``family``
+    (``'cvt'``, ``'cmt'``) adds where that family's weights are published.
 
     Example::
 
         >>> ckpt = read_checkpoint('checkpoints/cmt_small.pth', 'cmt')
+        >>> ckpt = read_checkpoint('https://github.com/ggjy/CMT.pytorch/releases/download/'
+        ...                        'release-v1/cmt_small.pth', 'cmt')  # cached after the first
     """
     if not isinstance(path, (str, os.PathLike)):
         raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
     path = os.fspath(path)
+    if path[:8].lower().startswith(('http://', 'https://')):
+        from ..hub import cached_download  # the hub imports this module
+        path = cached_download(path)
     if not os.path.isfile(path):
         raise _not_a_file_error(path, family)
     kind = sniff_file(path)
@@ -503,16 +628,6 @@ register_format(WeightFormat(
     dict,
     "this project's layout (CvT().state_dict())"))
 
-_CVT_MODEL_ZOO = 'https://1drv.ms/u/s!AhIXJn_J-blW9RzF3rMW7SsLHa8h?e=blQ0Al'
-for _name in ('CvT-13-224x224-IN-1k.pth', 'CvT-13-384x384-IN-1k.pth', 'CvT-21-224x224-IN-1k.pth',
-              'CvT-21-384x384-IN-1k.pth', 'CvT-13-384x384-IN-22k.pth', 'CvT-21-384x384-IN-22k.pth',
-              'CvT-w24-384x384-IN-22k.pth'):
-    register_published(PublishedCheckpoint(
-        'cvt', _name, f'official model zoo {_CVT_MODEL_ZOO}', 'microsoft/CvT'))
-for _hub_id in ('microsoft/cvt-13', 'microsoft/cvt-21', 'microsoft/cvt-w24-384-22k'):
-    register_published(PublishedCheckpoint(
-        'cvt', '', f'https://huggingface.co/{_hub_id} (model.safetensors)',
-        f'Hugging Face {_hub_id}'))
 
 
 # --------------------------------------------------------------------------------------------
@@ -568,13 +683,3 @@ register_format(WeightFormat(
 register_format(WeightFormat(
     'cmt-ours', 'cmt', _has_key_matching(r'stages\.0\.relative_pos$'), dict,
     "this project's layout (CMT().state_dict())"))
-
-# Linked from huawei-noah/Efficient-AI-Backbones/cmt_pytorch/README.md (released July 2022;
-# the first cmt_xs.pth upload was a copy of cmt_small.pth, replaced on 2022-07-01,
-# ggjy/CMT.pytorch issue #1).
-_CMT_RELEASE = 'https://github.com/ggjy/CMT.pytorch/releases/download/release-v1/'
-for _name, _what in (('cmt_tiny.pth', 'CMT-Ti, 160x160, 79.0% top-1'),
-                     ('cmt_xs.pth', 'CMT-XS, 192x192, 81.8% top-1'),
-                     ('cmt_small.pth', 'CMT-S, 224x224, 83.5% top-1'),
-                     ('cmt_base.pth', 'CMT-B, 256x256, 84.5% top-1')):
-    register_published(PublishedCheckpoint('cmt', _name, _CMT_RELEASE + _name, _what))
