@@ -32,7 +32,7 @@ DETSEG_CONFIGS = [path for path in ALL_CONFIGS
 _SHARED_MODELS = {}
 SHARED = {osp.join(CONFIGS, name) for name in (
     'mask_rcnn_cvt13_coco.py', 'mask_rcnn_cmt_s_coco.py', 'upernet_cvt13_ade20k.py',
-    'upernet_cmt_s_ade20k.py')}
+    'upernet_cmt_s_ade20k.py', 'retinanet_cvt13_coco.py', 'retinanet_cmt_s_coco.py')}
 
 
 def config_id(path):
@@ -65,6 +65,7 @@ def test_glob_finds_the_issue_configs():
                 'upernet_cmt_s_ade20k.py', 'upernet_cmt_b_ade20k.py',
                 'demo/mask_rcnn_cvt13_demo.py', 'demo/upernet_cvt13_demo.py'}
     expected |= {f'mask_rcnn_cmt_{size}_coco.py' for size in ('ti', 'xs', 's', 'b')}
+    expected |= {'retinanet_cvt13_coco.py', 'retinanet_cmt_s_coco.py'}
     assert expected <= names
 
 
@@ -98,7 +99,8 @@ def test_config_builds_and_predicts(path):
     if cfg.default_scope == 'mmdet':
         pred = result.pred_instances
         assert pred.bboxes.shape[1] == 4 and len(pred.bboxes) == len(pred.scores)
-        assert pred.masks.shape[1:] == (height, width)
+        if 'roi_head' in cfg.model:  # Mask R-CNN; RetinaNet predicts boxes only
+            assert pred.masks.shape[1:] == (height, width)
     else:
         seg = result.pred_sem_seg.data
         assert seg.shape == (1, height, width)
@@ -123,6 +125,60 @@ def test_cvt_mask_rcnn_sees_mmdetections_standard_five_levels():
     assert extra.in_channels == 384 and extra.stride == (2, 2)
 
 
+@pytest.mark.parametrize('name, backbone_strides', [('retinanet_cvt13_coco.py', [8, 16]),
+                                                    ('retinanet_cmt_s_coco.py', [8, 16, 32])])
+def test_retinanet_sees_its_standard_p3_to_p7(name, backbone_strides):
+    """RetinaNet's five levels at strides 8..128 whatever the backbone's depth: C3.. from the
+    backbone (stage 0 not returned, so no unused output norm), the rest from extra convs on the
+    last backbone map ('on_input'), as MMDetection's RetinaNet base."""
+    cfg = load(osp.join(CONFIGS, name))
+    model = build_model(osp.join(CONFIGS, name))
+    size = 128
+    with torch.no_grad():
+        stages = model.backbone(torch.zeros(1, 3, size, size))
+        levels = model.neck(stages)
+    assert [size // s.shape[-1] for s in stages] == backbone_strides
+    assert [size // level.shape[-1] for level in levels] == [8, 16, 32, 64, 128]
+    assert model.bbox_head.prior_generator.strides == [(s, s) for s in (8, 16, 32, 64, 128)]
+    assert cfg.model.neck.add_extra_convs == 'on_input'
+    assert set(model.backbone.out_norms) == {str(i) for i in cfg.model.backbone.out_indices}
+
+
+def _unscoped(value):
+    """A config value without the `_scope_` keys inheriting from `mmdet::` files adds."""
+    if isinstance(value, dict):
+        return {k: _unscoped(v) for k, v in value.items() if k != '_scope_'}
+    if isinstance(value, (list, tuple)):
+        return [_unscoped(v) for v in value]
+    return value
+
+
+@pytest.mark.parametrize('name', ['retinanet_cvt13_coco.py', 'retinanet_cmt_s_coco.py'])
+def test_retinanet_is_mmdetections_1x_config_with_our_backbone_and_schedule(name):
+    """Everything but the backbone, the FPN inputs and the optimiser recipe (shared with the
+    Mask R-CNN configs through _base_/schedules/adamw_1x.py) is MMDetection's RetinaNet 1x."""
+    from cvt_mm.testing import load_config
+    ours, theirs = load(osp.join(CONFIGS, name)), load_config(
+        'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py')
+    mask_rcnn = load(osp.join(CONFIGS, 'mask_rcnn_cvt13_coco.py'))
+    schedule = ('optim_wrapper', 'param_scheduler', 'train_cfg', 'auto_scale_lr')
+    for key in schedule:
+        assert ours[key] == mask_rcnn[key], key
+    assert ours.optim_wrapper.optimizer.type == 'AdamW' and ours.train_cfg.max_epochs == 12
+    assert ours.param_scheduler[1].milestones == [8, 11]
+    differ = {'model', 'custom_imports', 'pretrained', 'max_epochs', *schedule}
+    assert set(ours) - differ == set(theirs) - differ
+    for key in set(ours) - differ:
+        assert _unscoped(ours[key]) == _unscoped(theirs[key]), key
+    for key in set(ours.model) - {'backbone', 'neck', '_scope_'}:
+        assert _unscoped(ours.model[key]) == _unscoped(theirs.model[key]), key
+    ignored = ('in_channels', 'start_level', 'relu_before_extra_convs', '_scope_')
+    assert {k: v for k, v in ours.model.neck.items() if k not in ignored} == \
+        {k: v for k, v in theirs.model.neck.items() if k not in ignored}
+    assert ours.model.backbone.norm_eval is True
+    assert ours.model.backbone.init_cfg.checkpoint.startswith('checkpoints/')
+
+
 @pytest.mark.parametrize('name, strides', [('upernet_cvt13_ade20k.py', [4, 8, 16]),
                                            ('upernet_cmt_s_ade20k.py', [4, 8, 16, 32])])
 def test_upernet_inputs(name, strides):
@@ -140,7 +196,8 @@ def test_upernet_inputs(name, strides):
 
 
 @pytest.mark.parametrize('name', ['mask_rcnn_cvt13_coco.py', 'mask_rcnn_cmt_s_coco.py',
-                                  'upernet_cvt13_ade20k.py', 'upernet_cmt_s_ade20k.py'])
+                                  'upernet_cvt13_ade20k.py', 'upernet_cmt_s_ade20k.py',
+                                  'retinanet_cvt13_coco.py', 'retinanet_cmt_s_coco.py'])
 def test_no_weight_decay_on_norms_cls_token_and_position_biases(name):
     from mmengine.optim import build_optim_wrapper
     cfg = load(osp.join(CONFIGS, name))

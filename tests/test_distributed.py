@@ -25,7 +25,7 @@ ALL_CONFIGS = sorted(
     if '_base_' not in p)
 # The dense configs for GPUs; configs/demo/ trains from scratch on a CPU.
 DET_CONFIGS = [c for c in ALL_CONFIGS
-               if osp.basename(c).startswith('mask_rcnn') and '/demo/' not in c]
+               if osp.basename(c).startswith(('mask_rcnn', 'retinanet')) and '/demo/' not in c]
 SEG_CONFIGS = [c for c in ALL_CONFIGS
                if osp.basename(c).startswith('upernet') and '/demo/' not in c]
 # Small inputs per task: what the gradient check needs is every layer run once.

@@ -1,0 +1,32 @@
+# RetinaNet + FPN with CvT-13 on COCO, 1x. MMDetection's `retinanet/retinanet_r50_fpn_1x_coco.py`
+# (same model, data, runtime and TTA bases) with the CvT-13 backbone and the AdamW 1x recipe of
+# our Mask R-CNN configs in place of its SGD schedule. The CvT paper reports no COCO results;
+# not yet trained here.
+_base_ = [
+    'mmdet::_base_/models/retinanet_r50_fpn.py',
+    'mmdet::_base_/datasets/coco_detection.py',
+    './_base_/schedules/adamw_1x.py',
+    'mmdet::_base_/default_runtime.py',
+    'mmdet::retinanet/retinanet_tta.py',
+]
+custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
+
+# The official ImageNet-1k file, loaded as published (docs/checkpoints.md).
+pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='CvT',
+        arch='13',
+        # RetinaNet reads strides 8 and 16 only (CvT has no stride-32 stage): stage 0 is not
+        # returned, so no output norm is built for it (it would get no gradient under DDP).
+        out_indices=(1, 2),
+        out_norm_cfg=dict(type='LN'),
+        num_classes=0,
+        drop_path_rate=0.1,
+        norm_eval=True,  # the Mask R-CNN configs' BatchNorm policy (2 images per GPU)
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # P3-P4 from C3-C4; P5 (stride 32) by a stride-2 conv on C4 itself, then P6 and P7, with a
+    # ReLU between extra convs as in the CvT Mask R-CNN config: the base config's five levels
+    # (anchor strides 8-128) on a three-stage backbone.
+    neck=dict(in_channels=[192, 384], start_level=0, relu_before_extra_convs=True))
