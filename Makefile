@@ -9,7 +9,7 @@ env:
 	bash tools/setup_env.sh
 
 demo: env
-	bash tools/run_demo.sh
+	bash tools/misc/run_demo.sh
 
 test: env
 	$(PY) -m pytest tests

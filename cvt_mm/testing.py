@@ -170,7 +170,7 @@ def synthetic_batch(model, batch_size: int, height: int, width: int, seed: int =
     return dict(inputs=inputs, data_samples=samples)
 
 
-# Classes of the shapes data that ``tools/make_demo_data.py`` writes (COCO and ADE layouts).
+# Classes of the shapes data that ``tools/misc/make_demo_data.py`` writes (COCO and ADE layouts).
 SHAPES = ('circle', 'square', 'triangle')
 SEG_CLASSES = ('background', ) + SHAPES
 SEG_PALETTE = [[120, 120, 120], [220, 20, 60], [0, 130, 230], [250, 170, 30]]
@@ -181,7 +181,7 @@ def write_user_config(path: str, base: str, data_root: str, work_dir: str,
                       **extra) -> str:
     """Write the config a user would write to train one of ours on their own data: inherit
     ``base`` (a file under ``configs/``, or an absolute path), point it at the shapes data of
-    ``tools/make_demo_data.py`` with its classes, train from random weights at
+    ``tools/misc/make_demo_data.py`` with its classes, train from random weights at
     ``image_size``, and keep the base's model, BatchNorm policy, optimizer and hooks.
 
     Detection bases (``mask_rcnn_*``, ``retinanet_*``) read ``data_root`` as COCO layout and

@@ -14,7 +14,7 @@ IMAGE_SIZE = 96
 
 
 def make_tiny_data(out: str) -> str:
-    load_tool('make_demo_data').main([
+    load_tool('misc/make_demo_data').main([
         '--out', out, '--size', str(IMAGE_SIZE), '--coco-train', '4', '--coco-val', '2',
         '--ade-train', '4', '--ade-val', '2', '--max-objects', '3', '--seed', '1'])
     return out

@@ -74,7 +74,7 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     small = ("dict(type='CMT', arch=dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8],"
              " depths=[1, 1, 1, 1], stem_channels=8, fc_channels=32), pretrain_img_size=64)")
     out = tmp_path / 'bench.json'
-    proc = run_tool('tools/benchmark_backbone.py', '--model', small, '--sizes', '64x96',
+    proc = run_tool('tools/analysis_tools/benchmark_backbone.py', '--model', small, '--sizes', '64x96',
                     '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
                     '--profile', '4', '--json', str(out))
     results = json.loads(out.read_text())['results']
@@ -91,7 +91,7 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
 
 def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
     out = tmp_path / 'iter.json'
-    proc = run_tool('tools/benchmark_train_iter.py', '--models', 'cmt_s', 'swin_t',
+    proc = run_tool('tools/analysis_tools/benchmark_train_iter.py', '--models', 'cmt_s', 'swin_t',
                     '--size', '128', '160', '--iters', '1', '--profile', '3',
                     '--json', str(out))
     results = json.loads(out.read_text())['results']

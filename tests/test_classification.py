@@ -41,8 +41,8 @@ CLS_CONFIGS = {
 
 
 
-train_tool, test_tool, extract_tool = (load_tool(n) for n in ('train', 'test',
-                                                                 'extract_backbone'))
+train_tool, test_tool, extract_tool = (
+    load_tool(n) for n in ('train', 'test', 'model_converters/extract_backbone'))
 
 
 # ------------------------------------------------------------------------------------------
@@ -255,7 +255,7 @@ def _dense_backbone(config, init_cfg, whole_model):
     ('imagenet_cvt13_300e_in1k.py', 'mask_rcnn_cvt13_coco.py', 'prefix'),
     ('imagenet_cvt13_300e_in1k.py', 'upernet_cvt13_ade20k.py', 'prefix'),
     # The configs' backbones on their own: the loader finds `backbone.` by itself, and the
-    # file extracted by tools/extract_backbone.py loads as it is.
+    # file extracted by tools/model_converters/extract_backbone.py loads as it is.
     ('imagenet_cvt13_300e_in1k.py', 'mask_rcnn_cvt13_coco.py', 'direct'),
     ('imagenet_cvt13_300e_in1k.py', 'upernet_cvt13_ade20k.py', 'direct'),
     ('imagenet_cvt13_300e_in1k.py', 'upernet_cvt13_ade20k.py', 'extracted'),

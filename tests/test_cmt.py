@@ -15,7 +15,7 @@ from cvt_mm.models.cmt import CMT, resize_relative_pos
 from cvt_mm.models.weights import CheckpointError
 from tool_loader import load_tool
 
-convert_weights = load_tool('convert_weights')
+convert_weights = load_tool('model_converters/convert_weights')
 
 TINY = dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1],
             stem_channels=8, fc_channels=32, mlp_ratio=2.0)

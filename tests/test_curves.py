@@ -146,7 +146,7 @@ def test_tensorboard_on_the_command_line(tmp_path):
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import VISUALIZERS
     train_tool = load_tool('train')
-    from launch_utils import load_config  # tools/, put on sys.path by load_tool
+    from cvt_mm.engine.launch import load_config
     args = train_tool.parse_args([CLS_CONFIG, '--cfg-options',
                                   'visualizer.vis_backends.0.type=TensorboardVisBackend'])
     cfg = load_config(args)

@@ -509,7 +509,7 @@ def test_missing_unreadable_and_unknown_files(tmp_path):
 
 
 def test_converter_writes_our_layout(tmp_path, source, capsys):
-    converter = load_tool('convert_weights')
+    converter = load_tool('model_converters/convert_weights')
     save_file(to_huggingface(source[0].state_dict()), str(tmp_path / 'model.safetensors'))
     torch.save(to_official(source[0].state_dict()), tmp_path / 'official.pth')
     for name, fmt in (('model.safetensors', 'cvt-huggingface'), ('official.pth', 'cvt-official')):

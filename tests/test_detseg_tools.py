@@ -1,5 +1,5 @@
 """The tools/ entry points as users run them: resuming, tools/test.py (metrics, --out,
---show-dir) and tools/image_demo.py. Two-process training is in test_distributed.py."""
+--show-dir) and tools/misc/image_demo.py. Two-process training is in test_distributed.py."""
 import glob
 import os.path as osp
 import pickle
@@ -73,7 +73,7 @@ def test_image_demo_writes_a_picture(task, det_run, seg_run, tiny_data, tmp_path
         image = sorted(glob.glob(osp.join(tiny_data, 'ade', 'images', 'validation',
                                           '*.jpg')))[0]
     out = tmp_path / 'picture.jpg'
-    run_tool(['image_demo.py', image, config, str(checkpoint), '--out-file', str(out)])
+    run_tool(['misc/image_demo.py', image, config, str(checkpoint), '--out-file', str(out)])
     from PIL import Image
     with Image.open(out) as picture:
         assert picture.size == Image.open(image).size
@@ -88,7 +88,7 @@ def test_image_demo_rejects_files_that_are_not_images(tmp_path, content, message
     image = tmp_path / 'photo.jpg'
     image.write_bytes(content)
     with pytest.raises(ValueError, match=message):
-        load_tool('image_demo').parse_args([str(image), 'config.py', 'ckpt.pth'])
+        load_tool('misc/image_demo').parse_args([str(image), 'config.py', 'ckpt.pth'])
 
 
 @pytest.fixture(scope='module')
@@ -104,7 +104,7 @@ def misfits(det_run, tiny_data, tmp_path_factory):
         f.write("model = dict(roi_head=dict(bbox_head=dict(num_classes=5), "
                 "mask_head=dict(num_classes=5)))\n")
     backbone_only = str(root / 'backbone.pth')
-    run_tool(['convert_weights.py', str(checkpoint), backbone_only])
+    run_tool(['model_converters/convert_weights.py', str(checkpoint), backbone_only])
     return dict(config=config, checkpoint=str(checkpoint), five=five,
                 backbone_only=backbone_only, root=root)
 
@@ -133,7 +133,7 @@ def test_test_py_allow_partial_evaluates_on_purpose(misfits):
 
 def test_image_demo_refuses_a_checkpoint_that_does_not_fit(misfits, tiny_data, tmp_path):
     image = sorted(glob.glob(osp.join(tiny_data, 'coco', 'val2017', '*.jpg')))[0]
-    proc = run_tool(['image_demo.py', image, misfits['five'], misfits['checkpoint'],
+    proc = run_tool(['misc/image_demo.py', image, misfits['five'], misfits['checkpoint'],
                      '--out-file', str(tmp_path / 'out.jpg')], expect_success=False)
     assert proc.returncode != 0 and 'another number of classes' in proc.stderr
     assert 'Nothing was drawn' in proc.stderr and not (tmp_path / 'out.jpg').exists()

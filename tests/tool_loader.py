@@ -8,11 +8,13 @@ TOOLS = osp.join(osp.dirname(osp.dirname(osp.abspath(__file__))), 'tools')
 
 def load_tool(name: str):
     """Import tools/<name>.py as a module (``name`` may hold a subfolder:
-    ``'analysis_tools/gpu_check'``). Its folder is put on sys.path because the scripts
-    import their helpers (launch_utils, convert_weights) from there; appended, not prepended,
-    so tools/test.py cannot shadow the standard library's `test` package."""
-    if TOOLS not in sys.path:
-        sys.path.append(TOOLS)
+    ``'analysis_tools/gpu_check'``). Its folder is put on sys.path, as Python does when it
+    runs a script, because a script may import a sibling (extract_backbone.py imports
+    convert_weights.py); appended, not prepended, so tools/test.py cannot shadow the
+    standard library's `test` package."""
+    folder = osp.dirname(osp.join(TOOLS, f'{name}.py'))
+    if folder not in sys.path:
+        sys.path.append(folder)
     spec = importlib.util.spec_from_file_location(f'cvt_mm_tool_{name.replace("/", "_")}',
                                                   osp.join(TOOLS, f'{name}.py'))
     module = importlib.util.module_from_spec(spec)

@@ -1,5 +1,5 @@
 # The README's demo: configs/mask_rcnn_cvt13_coco.py trained from scratch on the shapes data
-# of tools/make_demo_data.py, on a CPU in minutes. Only data, scale and schedule shrink; the
+# of tools/misc/make_demo_data.py, on a CPU in minutes. Only data, scale and schedule shrink; the
 # model (CvT-13 + 5-level FPN + Mask R-CNN heads) is the real one.
 _base_ = '../mask_rcnn_cvt13_coco.py'
 

@@ -1,5 +1,5 @@
 # configs/upernet_cvt13_ade20k.py trained from scratch on the ADE20K-layout shapes data of
-# tools/make_demo_data.py. Data, scale (crop, head widths) and schedule shrink; backbone and
+# tools/misc/make_demo_data.py. Data, scale (crop, head widths) and schedule shrink; backbone and
 # head types are the real ones.
 _base_ = '../upernet_cvt13_ade20k.py'
 

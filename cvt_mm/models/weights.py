@@ -218,7 +218,7 @@ def download_hint(path: str, family: Optional[str] = None) -> str:
             + '\n'.join(lines)
             + f'\nGet {"it" if one else "them"} with: python {DOWNLOAD_TOOL} {names} (into '
             "checkpoints/), or give the URL itself as init_cfg's checkpoint (downloaded once "
-            'into the torch hub cache). python tools/convert_weights.py SRC DST rewrites any of '
+            'into the torch hub cache). python tools/model_converters/convert_weights.py SRC DST rewrites any of '
             "them in this project's layout.")
 
 
@@ -397,6 +397,48 @@ def convert_state_dict(sd: StateDict, family: Optional[str] = None) -> Tuple[Sta
 
 def format_family(name: str) -> str:
     return next(f.family for f in _FORMATS if f.name == name)
+
+
+def convert_checkpoint(src: str, dst: str, family: Optional[str] = None,
+                       prefix: Optional[str] = None, add_prefix: str = '') -> dict:
+    """Rewrite any known layout in ``src`` as a clean backbone checkpoint in our layout.
+
+    Other modules' keys (neck, heads), optimizer state and message hub are dropped. ``dst`` is a
+    ``.pth`` holding ``{'state_dict': ..., 'meta': ...}`` or a ``.safetensors`` file, written
+    whole or not at all; ``add_prefix`` (e.g. ``'backbone.'``) nests the keys under a prefix.
+    Returns the ``meta`` written.
+
+    Example::
+
+        >>> convert_checkpoint('checkpoints/cmt_small.pth', 'checkpoints/cmt_s_ours.pth')['family']
+        'cmt'
+    """
+    import io
+
+    from ..engine.fileio import write_atomically
+    if os.path.abspath(src) == os.path.abspath(dst):
+        raise ValueError(f'the output must not overwrite the input checkpoint {src}')
+    if add_prefix and not add_prefix.endswith('.'):
+        raise ValueError(f'--add-prefix must end with ".", got {add_prefix!r} (e.g. "backbone.")')
+    sd, dropped = extract_state_dict(read_checkpoint(src, family), prefix)
+    sd, fmt_name = convert_state_dict(sd, family)
+    # Slices of bigger tensors would otherwise drag their whole storage into the file.
+    sd = {add_prefix + k: v.detach().clone().contiguous() for k, v in sd.items()}
+    meta = dict(family=format_family(fmt_name), source=os.path.abspath(src),
+                source_format=fmt_name, dropped_wrapper_keys=dropped, num_tensors=len(sd))
+    if dst.endswith('.safetensors'):
+        from safetensors.torch import save
+        data = save(sd, metadata={k: str(v) for k, v in meta.items()})
+    else:
+        buffer = io.BytesIO()
+        torch.save({'state_dict': sd, 'meta': meta}, buffer)
+        data = buffer.getvalue()
+    try:
+        write_atomically(data, dst)
+    except OSError as err:
+        raise ValueError(f'cannot write {dst}: {err.strerror or err} (is its folder writable, '
+                         'with space left?)') from err
+    return meta
 
 
 # --------------------------------------------------------------------------------------------

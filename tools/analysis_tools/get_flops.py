@@ -22,15 +22,12 @@ two matrix products among them. Parameters are the trainable ones, as that count
 (a dense backbone's classification stage is kept for loading but frozen and never run).
 """
 import argparse
-import os
 import sys
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-
-from cvt_mm.flops import count_flops  # noqa: E402
-from cvt_mm.testing import build_model_from_config, load_config, task_of  # noqa: E402
+from cvt_mm.flops import count_flops
+from cvt_mm.testing import build_model_from_config, load_config, task_of
 
 
 def tensor_forward(model, task: str, shape, inputs=None):

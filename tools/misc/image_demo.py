@@ -1,6 +1,6 @@
 """Draw a trained detector's or segmentor's prediction on any image.
 
-    python tools/image_demo.py IMAGE CONFIG CHECKPOINT --out-file out.jpg
+    python tools/misc/image_demo.py IMAGE CONFIG CHECKPOINT --out-file out.jpg
 
 A detection config (``default_scope='mmdet'``) gives boxes, masks and labels; a segmentation
 config (``default_scope='mmseg'``) gives the class map blended over the image.

@@ -1,6 +1,6 @@
 """CPU time per training iteration of the ImageNet classification configs.
 
-    python tools/benchmark_cls_iter.py configs/imagenet_cvt13_300e_in1k.py \
+    python tools/analysis_tools/benchmark_cls_iter.py configs/imagenet_cvt13_300e_in1k.py \
         configs/imagenet_cmt_s_300e_in1k.py --batch-size 8 --iters 5
 
 For each config, builds the classifier, its data preprocessor with the batch augmentations
@@ -12,14 +12,11 @@ in dataloader workers in a real run and are not included.
 import argparse
 import os.path as osp
 import statistics
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
-
-import cvt_mm  # noqa: E402,F401  (registers CvT / CMT)
+import cvt_mm  # noqa: F401  (registers CvT / CMT)
 
 
 def train_resolution(cfg) -> int:

@@ -1,7 +1,7 @@
 """Work, time, speed and peak memory of one Mask R-CNN training iteration (800x1333, batch 1):
 CvT-13 and CMT-S (our configs) beside MMDetection's own Swin-T Mask R-CNN, side by side.
 
-    python tools/benchmark_train_iter.py [--models cvt13 cmt_s swin_t] [--iters 2] \\
+    python tools/analysis_tools/benchmark_train_iter.py [--models cvt13 cmt_s swin_t] [--iters 2] \\
         [--threads 2] [--profile 12] [--json out.json]
 
 Each model runs in its own subprocess, so peak memory (max RSS) is per model. The image is a
@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+REPO = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 CONFIGS = {
     'cvt13': ('Mask R-CNN CvT-13', 'configs/mask_rcnn_cvt13_coco.py'),
     'cmt_s': ('Mask R-CNN CMT-S', 'configs/mask_rcnn_cmt_s_coco.py'),
@@ -77,7 +77,6 @@ def synthetic_batch(height: int, width: int) -> dict:
 def one_model(config: str, size, iters: int, threads: int, profile: int) -> dict:
     import torch
 
-    sys.path.insert(0, REPO)
     import cvt_mm  # noqa: F401
     from cvt_mm.flops import count_flops
 
@@ -111,7 +110,6 @@ def one_model(config: str, size, iters: int, threads: int, profile: int) -> dict
                   peak_rss_gib=peak, loss=float(log_vars['loss']),
                   params_m=sum(p.numel() for p in model.parameters()) / 1e6)
     if profile:
-        sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
         from benchmark_backbone import top_operators
         held = {}
         result['profile_forward'] = top_operators(lambda: held.setdefault('loss', forward()[0]),
@@ -140,7 +138,6 @@ def main(argv=None) -> int:
         print(json.dumps(one_model(args.one, args.size, args.iters, args.threads,
                                    args.profile)))
         return 0
-    sys.path.insert(0, osp.dirname(osp.abspath(__file__)))
     from benchmark_backbone import case_env, machine_rates
     rates = machine_rates(args.threads)
     print(f'this machine now: fp32 GEMM {rates["gemm_gflops_per_s"]:.0f} GFLOP/s, memory copy '

@@ -3,7 +3,7 @@
 # inherits configs/mask_rcnn_cvt13_coco.py) from scratch on a generated COCO-layout shapes
 # dataset on the CPU, evaluate COCO bbox/segm mAP, and write pictures of the predictions.
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 PY=${PYTHON:-.venv/bin/python}
 CONFIG=configs/demo/mask_rcnn_cvt13_demo.py
 WORK_DIR=${WORK_DIR:-work_dirs/demo_mask_rcnn_cvt13}
@@ -11,7 +11,7 @@ OUT=${OUT:-outputs/demo}
 start=$(date +%s)
 
 echo "== 1/4 demo data (COCO and ADE20K layouts) -> data/demo"
-"$PY" tools/make_demo_data.py --out data/demo
+"$PY" tools/misc/make_demo_data.py --out data/demo
 
 echo "== 2/4 train $CONFIG on the CPU (progress and ETA in the log)"
 "$PY" tools/train.py "$CONFIG" --work-dir "$WORK_DIR"
@@ -23,7 +23,7 @@ CKPT=$(cat "$WORK_DIR/last_checkpoint")  # absolute path of the final checkpoint
 
 echo "== 4/4 image demo on one val image -> $OUT/image_demo.jpg"
 IMAGE=$(ls data/demo/coco/val2017/*.jpg | head -n 1)
-"$PY" tools/image_demo.py "$IMAGE" "$CONFIG" "$CKPT" --out-file "$OUT/image_demo.jpg"
+"$PY" tools/misc/image_demo.py "$IMAGE" "$CONFIG" "$CKPT" --out-file "$OUT/image_demo.jpg"
 
 "$PY" tools/analysis_tools/plot_curves.py "$WORK_DIR" --out "$OUT/curves"  # lists the PNGs
 echo "== done in $(( $(date +%s) - start )) s: metrics in $WORK_DIR/test, pictures in $OUT"

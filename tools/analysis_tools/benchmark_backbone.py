@@ -1,6 +1,6 @@
 """CPU work, time, speed and peak memory of a backbone, per input size, mode and attention path.
 
-    python tools/benchmark_backbone.py --model "dict(type='CMT', arch='s')" \\
+    python tools/analysis_tools/benchmark_backbone.py --model "dict(type='CMT', arch='s')" \\
         --sizes 800x1333 --modes infer train --profile 12 [--compile] [--json out.json]
 
 Each case runs in its own subprocess, so its peak memory is its own. Batch 1 unless
@@ -32,7 +32,6 @@ import subprocess
 import sys
 import time
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def parse_size(text: str):
@@ -94,7 +93,6 @@ def run_case(args, size, path: str, mode: str, compiled: bool) -> dict:
     """Executed inside the per-case subprocess."""
     import torch
 
-    sys.path.insert(0, REPO)
     import cvt_mm  # noqa: F401  (registers the backbones)
     from cvt_mm.flops import count_flops
     from cvt_mm.registry import MODELS

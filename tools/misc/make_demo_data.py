@@ -5,8 +5,8 @@ jitter, random size and rotation, never overlapping) on a low-contrast grey text
 object is a polygon; its pixels are painted from the same rasterisation pycocotools uses to
 decode the polygon, so the annotated masks are exact. Everything is deterministic given ``--seed``.
 
-    python tools/make_demo_data.py --out data/demo          # both datasets
-    python tools/make_demo_data.py --out data/demo --coco-train 400 --size 256
+    python tools/misc/make_demo_data.py --out data/demo          # both datasets
+    python tools/misc/make_demo_data.py --out data/demo --coco-train 400 --size 256
 
 Layouts written under ``--out``:
 
