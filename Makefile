@@ -4,7 +4,7 @@ PYVER ?= 3.12
 WHEELHOUSE ?=
 GPU_CHECK_OUT ?= outputs/gpu_check.json
 
-.PHONY: env demo test gpu-check wheelhouse
+.PHONY: env demo test test-fast lint gpu-check wheelhouse
 env:
 	bash tools/setup_env.sh
 
@@ -13,6 +13,14 @@ demo: env
 
 test: env
 	$(PY) -m pytest tests
+
+# The unit tests only: no end-to-end training or tool runs (marked `slow`).
+test-fast: env
+	$(PY) -m pytest tests -m "not slow"
+
+# ruff (lint and import order), configured in pyproject.toml; installed by setup_env.sh.
+lint: env
+	$(PY) -m ruff check .
 
 # On a CUDA machine after `make test`: one table of CUDA checks (tools/analysis_tools/gpu_check.py);
 # without CUDA, a small rehearsal of the same checks on the CPU. With WHEELHOUSE=DIR (an offline

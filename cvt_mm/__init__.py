@@ -6,11 +6,14 @@ loadable under torch's safe unpickling (see ``cvt_mm.checkpoint_compat``) and re
 training-engine pieces (see ``cvt_mm.engine``: CPU DDP, atomic checkpoints, resume, hooks)
 and routes ``http(s)://`` checkpoints through a verified download cache (see ``cvt_mm.hub``).
 """
+# isort: off
+# The order matters (side effects), so it is not sorted.
 from . import checkpoint_compat  # noqa: F401  (side effect: allow MMEngine's own types)
 # First: engine.optim imports mmpretrain, which must see the compatibility switch.
 from . import toolbox_compat  # noqa: F401  (side effect: mmpretrain beside transformers >= 5)
 from . import engine  # noqa: F401  (side effect: register the wrapper, backend and hooks)
 from . import models  # noqa: F401  (side effect: register the backbones)
 from . import hub  # noqa: F401  (side effect: http(s) checkpoints through our cache)
+# isort: on
 
 __version__ = '0.1.0'

@@ -26,8 +26,12 @@ from dataclasses import dataclass, field
 from typing import Callable, Dict
 
 import torch
-from torch.utils.flop_counter import (FlopCounterMode, conv_flop_count,
-                                      sdpa_backward_flop_count, sdpa_flop_count)
+from torch.utils.flop_counter import (
+    FlopCounterMode,
+    conv_flop_count,
+    sdpa_backward_flop_count,
+    sdpa_flop_count,
+)
 
 aten = torch.ops.aten
 

@@ -6,6 +6,7 @@ import subprocess
 import sys
 
 from cvt_mm.testing import write_user_config
+
 from tool_loader import load_tool  # noqa: F401  (re-exported for the detseg tests)
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

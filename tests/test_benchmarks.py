@@ -15,6 +15,7 @@ from cvt_mm.flops import count_flops
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.layers import sdpa_attention
+
 from tool_loader import TOOLS, load_tool
 
 REPO = os.path.dirname(TOOLS)
@@ -70,11 +71,13 @@ def run_tool(*args) -> subprocess.CompletedProcess:
     return proc
 
 
+@pytest.mark.slow
 def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     small = ("dict(type='CMT', arch=dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8],"
              " depths=[1, 1, 1, 1], stem_channels=8, fc_channels=32), pretrain_img_size=64)")
     out = tmp_path / 'bench.json'
-    proc = run_tool('tools/analysis_tools/benchmark_backbone.py', '--model', small, '--sizes', '64x96',
+    proc = run_tool('tools/analysis_tools/benchmark_backbone.py', '--model', small,
+                    '--sizes', '64x96',
                     '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
                     '--profile', '4', '--json', str(out))
     results = json.loads(out.read_text())['results']
@@ -89,6 +92,7 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     assert 'top operators, forward' in proc.stdout and '64x96' in proc.stdout
 
 
+@pytest.mark.slow
 def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
     out = tmp_path / 'iter.json'
     proc = run_tool('tools/analysis_tools/benchmark_train_iter.py', '--models', 'cmt_s', 'swin_t',
@@ -104,6 +108,7 @@ def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
     assert 'Mask R-CNN CMT-S: top operators, backward' in proc.stdout
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize('config', ['configs/mask_rcnn_cmt_s_coco.py',
                                     'configs/upernet_cvt13_ade20k.py',
                                     'configs/imagenet_cvt13_300e_in1k.py'])

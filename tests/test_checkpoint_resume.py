@@ -13,6 +13,9 @@ from torch.utils.data import Dataset
 
 import cvt_mm  # noqa: F401  (installs the allow-list under test)
 
+# End-to-end runs of the real tools and runners: left out by `make test-fast`.
+pytestmark = pytest.mark.slow
+
 
 class _Regression(BaseModel):
     def __init__(self):

@@ -21,7 +21,11 @@ import cvt_mm  # noqa: F401  (registers CvT/CMT, allow-lists MMEngine checkpoint
 from cvt_mm.models.cmt import ARCH_SETTINGS as CMT_ARCHS
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.weights import CheckpointError, read_checkpoint
+
 from tool_loader import load_tool
+
+# End-to-end runs of the real tools and runners: left out by `make test-fast`.
+pytestmark = pytest.mark.slow
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = osp.join(ROOT, 'configs')
@@ -306,7 +310,8 @@ def test_extract_backbone_writes_a_clean_checkpoint(trained, tmp_path):
 def test_extract_backbone_rejects_bad_input(tmp_path):
     src = tmp_path / 'resnet.pth'
     torch.save({'state_dict': {'conv1.weight': torch.zeros(1)}}, src)
-    with pytest.raises(CheckpointError, match='cannot recognise the checkpoint as a cmt or cvt model'):
+    with pytest.raises(CheckpointError,
+                       match='cannot recognise the checkpoint as a cmt or cvt model'):
         extract_tool.extract_backbone(str(src), str(tmp_path / 'out.pth'))
     with pytest.raises(ValueError, match='must not overwrite'):
         extract_tool.extract_backbone(str(src), str(src))

@@ -14,6 +14,9 @@ from PIL import Image
 from detseg_utils import ROOT, run_tool
 from tool_loader import load_tool
 
+# End-to-end runs of the real tools and runners: left out by `make test-fast`.
+pytestmark = pytest.mark.slow
+
 plot_tool = load_tool('analysis_tools/plot_curves')
 CLS_CONFIG = osp.join(ROOT, 'configs', 'imagenet_cmt_ti_800e_in1k.py')
 TB_FRAGMENT = osp.join(ROOT, 'configs', '_base_', 'tensorboard.py')

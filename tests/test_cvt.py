@@ -15,6 +15,7 @@ from safetensors.torch import save_file
 import cvt_mm  # noqa: F401  (registers CvT)
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.weights import CheckpointError
+
 from tool_loader import load_tool
 
 TINY = dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 1, 2])
@@ -115,14 +116,14 @@ _HF_BLOCK_PARTS = [
     ('norm1.', 'layernorm_before.'), ('norm2.', 'layernorm_after.'),
     ('mlp.fc1.', 'intermediate.dense.'), ('mlp.fc2.', 'output.dense.'),
     ('attn.proj.', 'attention.output.dense.'),
-] + [(f'attn.conv_proj_{s}.conv.', f'attention.attention.convolution_projection_{l}.'
-      'convolution_projection.convolution.') for s, l in (('q', 'query'), ('k', 'key'),
+] + [(f'attn.conv_proj_{s}.conv.', f'attention.attention.convolution_projection_{n}.'
+      'convolution_projection.convolution.') for s, n in (('q', 'query'), ('k', 'key'),
                                                           ('v', 'value'))] \
-  + [(f'attn.conv_proj_{s}.bn.', f'attention.attention.convolution_projection_{l}.'
-      'convolution_projection.normalization.') for s, l in (('q', 'query'), ('k', 'key'),
+  + [(f'attn.conv_proj_{s}.bn.', f'attention.attention.convolution_projection_{n}.'
+      'convolution_projection.normalization.') for s, n in (('q', 'query'), ('k', 'key'),
                                                             ('v', 'value'))] \
-  + [(f'attn.proj_{s}.', f'attention.attention.projection_{l}.')
-     for s, l in (('q', 'query'), ('k', 'key'), ('v', 'value'))]
+  + [(f'attn.proj_{s}.', f'attention.attention.projection_{n}.')
+     for s, n in (('q', 'query'), ('k', 'key'), ('v', 'value'))]
 
 
 def to_huggingface(sd):

@@ -11,8 +11,8 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
-from detseg_utils import CONFIGS
 
+from detseg_utils import CONFIGS
 
 
 @functools.lru_cache(maxsize=None)
@@ -231,6 +231,7 @@ def test_missing_pretrained_file_says_what_and_where(name, tmp_path, monkeypatch
     """Without checkpoints/ the run stops with one message naming the file, where to download
     it and how to convert it."""
     from mmengine.registry import MODELS
+
     from cvt_mm.models.weights import CheckpointError
     monkeypatch.chdir(tmp_path)  # the configs' checkpoints/ paths are relative
     cfg = load(osp.join(CONFIGS, name))

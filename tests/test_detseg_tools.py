@@ -6,9 +6,12 @@ import pickle
 import re
 
 import pytest
-
 from conftest import DIST_ITERATIONS
+
 from detseg_utils import run_tool, seg_user_config
+
+# End-to-end runs of the real tools and runners: left out by `make test-fast`.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope='module')

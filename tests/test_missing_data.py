@@ -7,6 +7,9 @@ import pytest
 
 from tool_loader import load_tool
 
+# End-to-end runs of the real tools and runners: left out by `make test-fast`.
+pytestmark = pytest.mark.slow
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 

@@ -1,7 +1,8 @@
 """The python snippets of the README and docs/ work as written: each block that starts with
 `_base_ =` is written to a file and its model built; each `model = dict(...)` or
 `backbone = dict(...)` fragment is built and run on a small input (weights from random, so no
-download is needed). A checkpoint a snippet names is one the README tells users to get."""
+download is needed). A checkpoint a snippet names is a published one (the download tool knows
+it), and every relative link in the README and docs/ leads to a file that exists."""
 import glob
 import os.path as osp
 import re
@@ -10,10 +11,13 @@ import pytest
 from mmengine.config import Config
 
 import cvt_mm  # noqa: F401
+from cvt_mm.models.weights import PUBLISHED
 from cvt_mm.testing import build_model_from_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-DOCS = [osp.join(ROOT, 'README.md')] + sorted(glob.glob(osp.join(ROOT, 'docs', '*.md')))
+DOCS = [osp.join(ROOT, 'README.md')] + sorted(glob.glob(osp.join(ROOT, 'docs', '*.md'))) + \
+    sorted(glob.glob(osp.join(ROOT, 'configs', '*', 'README.md')))
+PUBLISHED_FILES = {osp.basename(p.filename) for p in PUBLISHED}
 
 
 def config_snippets():
@@ -36,7 +40,7 @@ def test_config_snippet_builds(snippet, tmp_path):
     cfg = Config.fromfile(str(path))
     init_cfg = cfg.model.backbone.get('init_cfg')
     if init_cfg:
-        assert osp.basename(init_cfg['checkpoint']) in open(DOCS[0]).read()
+        assert osp.basename(init_cfg['checkpoint']) in PUBLISHED_FILES
     build_model_from_config(cfg)
 
 
@@ -53,14 +57,13 @@ def fragment_snippets():
 @pytest.mark.parametrize('snippet', list(fragment_snippets()))
 def test_model_and_backbone_snippets_build_and_run(snippet):
     import torch
-    from mmengine.registry import DefaultScope, init_default_scope
-    from mmengine.registry import MODELS
+    from mmengine.registry import MODELS, DefaultScope, init_default_scope
     names = {}
     exec(snippet, {}, names)
     if 'backbone' in names:
         cfg = dict(names['backbone'])
-        checkpoint = cfg.pop('init_cfg')['checkpoint']  # named in the README's weights table
-        assert osp.basename(checkpoint) in open(DOCS[0]).read()
+        checkpoint = cfg.pop('init_cfg')['checkpoint']
+        assert osp.basename(checkpoint) in PUBLISHED_FILES
         model = MODELS.build(cfg)
         outs = model.eval()(torch.randn(1, 3, 64, 96))
         assert len(outs) == len(model.out_indices)
@@ -128,3 +131,24 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
             load_tool('test').parse_args(positional)
         checked += 1
     assert checked >= 20
+
+
+# ----------------------------------------------------------------------------- links
+def test_every_relative_link_resolves():
+    """[text](path) and [text](path#anchor) in the README, docs/ and the model-zoo pages name
+    files that exist (web links are not fetched: there is no internet here)."""
+    checked = 0
+    for path in DOCS:
+        text = open(path).read()
+        for target in re.findall(r'\]\(([^)\s]+)\)', text):
+            if re.match(r'[a-z]+://|mailto:|#', target):
+                continue
+            file = osp.normpath(osp.join(osp.dirname(path), target.split('#')[0]))
+            assert osp.exists(file), f'{osp.relpath(path, ROOT)} links to missing {target}'
+            checked += 1
+    assert checked >= 20
+
+
+def test_readme_is_a_front_page():
+    """The README stays a front page: reference material belongs in docs/."""
+    assert len(open(DOCS[0]).read().splitlines()) <= 200

@@ -7,6 +7,9 @@ import sys
 
 import pytest
 
+# End-to-end runs of the real tools and runners: left out by `make test-fast`.
+pytestmark = pytest.mark.slow
+
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
 

@@ -17,9 +17,14 @@ import os.path as osp
 from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+from cvt_mm.engine.launch import (
+    build_runner,
+    check_dataset_paths,
+    load_config,
+    prepare_cpu_distributed,
+    set_local_rank_env,
+)
 from cvt_mm.models.weights import checkpoint_misfit
-from cvt_mm.engine.launch import (build_runner, check_dataset_paths, load_config,
-                          prepare_cpu_distributed, set_local_rank_env)
 
 
 def parse_args(argv=None):

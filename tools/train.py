@@ -17,9 +17,14 @@ from mmengine.config import DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; MMEngine checkpoints load safely on resume)
 from cvt_mm.engine import find_resumable_checkpoint
+from cvt_mm.engine.launch import (
+    build_runner,
+    check_dataset_paths,
+    load_config,
+    prepare_cpu_distributed,
+    set_local_rank_env,
+)
 from cvt_mm.models.weights import read_checkpoint
-from cvt_mm.engine.launch import (build_runner, check_dataset_paths, load_config,
-                          prepare_cpu_distributed, set_local_rank_env)
 
 
 def parse_args(argv=None):

@@ -5,8 +5,8 @@ MMEngine's ``pytorch`` launcher calls ``torch.cuda.set_device`` and defaults to 
 DDP wrapper passes ``device_ids=[LOCAL_RANK]``; all three fail without a GPU. On such a machine
 we start the same ``torch.distributed`` process group with the gloo backend ourselves (MMEngine
 then sees it initialised and skips its own init) and wrap the model in
-``cvt_mm.engine.distributed.CPUDistributedDataParallel`` (DDP with ``device_ids=None``, SyncBN reverted
-to BN).
+``cvt_mm.engine.distributed.CPUDistributedDataParallel`` (DDP with ``device_ids=None``,
+SyncBN reverted to BN).
 """
 import os
 import os.path as osp

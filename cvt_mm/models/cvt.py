@@ -25,10 +25,21 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from ..registry import MODELS
-from .layers import (FP32LayerNorm, QuickGELU, attention, batchnorm_eval,
-                     check_batchnorm_statistics, check_choice, check_indices, freeze_modules,
-                     layer_depth, nchw_to_nlc, nlc_to_nchw, trunc_normal_init_,
-                     unused_by_featmaps)
+from .layers import (
+    FP32LayerNorm,
+    QuickGELU,
+    attention,
+    batchnorm_eval,
+    check_batchnorm_statistics,
+    check_choice,
+    check_indices,
+    freeze_modules,
+    layer_depth,
+    nchw_to_nlc,
+    nlc_to_nchw,
+    trunc_normal_init_,
+    unused_by_featmaps,
+)
 from .weights import load_pretrained
 
 ARCH_SETTINGS = {

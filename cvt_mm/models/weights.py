@@ -218,7 +218,8 @@ def download_hint(path: str, family: Optional[str] = None) -> str:
             + '\n'.join(lines)
             + f'\nGet {"it" if one else "them"} with: python {DOWNLOAD_TOOL} {names} (into '
             "checkpoints/), or give the URL itself as init_cfg's checkpoint (downloaded once "
-            'into the torch hub cache). python tools/model_converters/convert_weights.py SRC DST rewrites any of '
+            'into the torch hub cache). python tools/model_converters/convert_weights.py SRC DST '
+            'rewrites any of '
             "them in this project's layout.")
 
 

@@ -33,7 +33,6 @@ import sys
 import time
 
 
-
 def parse_size(text: str):
     try:
         h, w = (int(v) for v in text.lower().split('x'))

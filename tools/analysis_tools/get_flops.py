@@ -59,6 +59,7 @@ def mmcv_gmacs(module: torch.nn.Module, shape) -> float:
     """Multiply-adds (G) of ``module(x)`` on one random (1, 3, H, W) image as mmcv's
     module-hook counter counts them (a backbone, or a model's :class:`TensorForward`)."""
     import warnings
+
     from mmcv.cnn import get_model_complexity_info
     with warnings.catch_warnings():
         # The input comes as a keyword: mmcv warns that it assumes batch size 1, which it is.

@@ -301,9 +301,9 @@ def _draw(name: str, curves: Dict[str, Tuple[list, list]], xlabel: str, title: s
     # The Agg canvas directly, not pyplot: no global backend switch and no figure kept
     # alive by pyplot's registry, whatever the caller (a test, a training script) does.
     import matplotlib
+    import numpy as np
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
-    import numpy as np
 
     fig = Figure(figsize=FIGSIZE, dpi=DPI)
     FigureCanvasAgg(fig)

@@ -16,7 +16,8 @@ is kept (and checked); ``--force`` downloads it again.
 CMT: the authors' files, from the ggjy/CMT.pytorch GitHub release. CvT: the authors' files are
 in a OneDrive folder that offers no direct download link, so the tool fetches Hugging Face's
 conversions of the same weights (``microsoft/cvt-*``, ``pytorch_model.bin``) and saves them as
-published; the CvT loader reads that layout as it is (``tools/model_converters/convert_weights.py`` rewrites it
+published; the CvT loader reads that layout as it is
+(``tools/model_converters/convert_weights.py`` rewrites it
 in ours if wanted). For the authors' own files, download them by hand from the OneDrive link
 the tool prints and save them under the same names.
 

@@ -1,6 +1,7 @@
 """Rewrite a checkpoint as a clean backbone checkpoint in this project's layout.
 
-    python tools/model_converters/convert_weights.py SRC DST [--family cvt|cmt] [--prefix backbone.] [--add-prefix P]
+    python tools/model_converters/convert_weights.py SRC DST [--family cvt|cmt]
+        [--prefix backbone.] [--add-prefix P]
 
 SRC may be any layout ``cvt_mm.models.weights`` knows (official model zoo, Hugging Face
 ``.safetensors``/``.bin``, ours bare or inside an MMEngine classifier / detector / segmentor
