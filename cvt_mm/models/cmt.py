@@ -34,9 +34,20 @@ from mmengine.model import BaseModule
 from torch import nn
 
 from ..registry import MODELS
-from .layers import (attention, batchnorm_eval, check_batchnorm_statistics, check_choice,
-                     check_indices, freeze_modules, layer_depth, nchw_to_nlc, nlc_to_nchw,
-                     stochastic_depth_rates, trunc_normal_init_, unused_by_featmaps)
+from .layers import (
+    attention,
+    batchnorm_eval,
+    check_batchnorm_statistics,
+    check_choice,
+    check_indices,
+    freeze_modules,
+    layer_depth,
+    nchw_to_nlc,
+    nlc_to_nchw,
+    stochastic_depth_rates,
+    trunc_normal_init_,
+    unused_by_featmaps,
+)
 from .weights import CheckpointError, load_pretrained
 
 Grid = Tuple[int, int]
@@ -63,13 +74,26 @@ MIN_TRAIN_SIDE_BATCH_1 = 33
 
 
 def _ceil_div(a: int, b: int) -> int:
-    return -(-a // b)
+    # Only non-negative operands: ONNX exports a symbolic `//` as integer Div, which truncates,
+    # so `-(-a // b)` would round the wrong way in an exported graph.
+    return (a + b - 1) // b
+
+
+def _symbolic(*sizes) -> bool:
+    """Whether any size is a ``torch.SymInt``: a dimension that ``torch.export`` (or
+    ``torch.compile(dynamic=True)``) keeps symbolic. Eager sizes are plain ints."""
+    return any(isinstance(s, torch.SymInt) for s in sizes)
 
 
 def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
     """Zero-pad an NCHW map at the bottom/right so both sides divide ``multiple``."""
-    pad_h, pad_w = (-x.shape[-2]) % multiple, (-x.shape[-1]) % multiple
-    return F.pad(x, (0, pad_w, 0, pad_h)) if pad_h or pad_w else x
+    h, w = x.shape[-2], x.shape[-1]
+    pad_h, pad_w = _ceil_div(h, multiple) * multiple - h, _ceil_div(w, multiple) * multiple - w
+    # Symbolic sizes always pad (by zero rows when none are needed): testing whether the
+    # padding is zero would fix the input size of an exported graph.
+    if not _symbolic(pad_h, pad_w) and not (pad_h or pad_w):
+        return x
+    return F.pad(x, (0, pad_w, 0, pad_h))
 
 
 def stage_grids(img_size: Grid, sr_ratios: Sequence[int]) -> list:
@@ -94,11 +118,46 @@ def bicubic_matrix(src: int, dst: int) -> torch.Tensor:
     return cols.reshape(src, dst).t().contiguous()
 
 
+def graph_bicubic_matrix(src: int, dst, like: torch.Tensor) -> torch.Tensor:
+    """:func:`bicubic_matrix` computed by tensor operations alone, in float32 (which ONNX
+    Runtime's ``Resize`` takes) and cast to ``like``'s dtype, for a ``dst`` that may be a
+    symbolic size: ``torch.export`` records the resize of the identity, so an exported graph
+    builds the matrix for the size it runs at.
+
+    Args:
+        src (int): length of the stored axis.
+        dst (int | torch.SymInt): length to resize to.
+        like (torch.Tensor): gives the dtype and device.
+
+    Returns:
+        torch.Tensor: ``(dst, src)`` weights.
+
+    Example::
+
+        >>> torch.allclose(graph_bicubic_matrix(7, 12, torch.zeros(())),
+        ...                bicubic_matrix(7, 12).float(), atol=1e-5)
+        True
+    """
+    eye = torch.eye(src, dtype=torch.float32, device=like.device).reshape(src, 1, src, 1)
+    cols = F.interpolate(eye, size=(dst, 1), mode='bicubic', align_corners=False)
+    return cols.reshape(src, dst).t().to(like.dtype)
+
+
+def _axis_matrix(src: int, dst, like: torch.Tensor) -> torch.Tensor:
+    # A symbolic size (dynamic-size export) cannot key the cache without fixing the size, so
+    # the graph computes the matrix itself; multiplying by it stays a GEMM in the exported
+    # graph too, where a bicubic Resize of the bias itself took 8 of ONNX Runtime's 10 s for
+    # CMT-S at 800x1333.
+    if _symbolic(dst):
+        return graph_bicubic_matrix(src, dst, like)
+    return bicubic_matrix(src, dst).to(like)
+
+
 def _resize_grid_axis(x: torch.Tensor, src: Grid, dst: Grid) -> torch.Tensor:
     """Bicubic resize of ``x`` (..., h, w, n) over its (h, w) grid axes, as two matrix
     products (``n`` rides along as the fast axis)."""
-    a_h = bicubic_matrix(src[0], dst[0]).to(x)
-    a_w = bicubic_matrix(src[1], dst[1]).to(x)
+    a_h = _axis_matrix(src[0], dst[0], x)
+    a_w = _axis_matrix(src[1], dst[1], x)
     lead, n = x.shape[:-3], x.shape[-1]
     x = torch.matmul(a_w, x)  # (..., h, W, n)
     x = torch.matmul(a_h, x.reshape(*lead, src[0], dst[1] * n))  # (..., H, W * n)
@@ -117,19 +176,26 @@ def resize_relative_pos(bias: torch.Tensor, src_query: Grid, src_key: Grid, dst_
     bias), since training resizes on every step. Returns ``bias`` itself when both grids
     already match, so a checkpoint run at its own resolution computes exactly what it was
     trained with.
+
+    Under ``torch.export`` with dynamic image sizes (ONNX export) the new grids are symbolic:
+    both axes are then always resized (at an unchanged size the matrices are the identity),
+    since comparing the grids would fix the image size of the graph, and the graph computes
+    the matrices for the size it runs at (:func:`_axis_matrix`).
     """
     heads, nq, nk = bias.shape
     if nq != src_query[0] * src_query[1] or nk != src_key[0] * src_key[1]:
         raise ValueError(f'relative_pos of shape {tuple(bias.shape)} does not match a '
                          f'{src_query} query grid and a {src_key} key grid')
-    if tuple(src_query) == tuple(dst_query) and tuple(src_key) == tuple(dst_key):
+    symbolic = _symbolic(*dst_query, *dst_key)
+    if not symbolic and tuple(src_query) == tuple(dst_query) \
+            and tuple(src_key) == tuple(dst_key):
         return bias
     x = bias
-    if tuple(src_key) != tuple(dst_key):
+    if symbolic or tuple(src_key) != tuple(dst_key):
         # Keys first, while there are few queries: (heads, Nq, hk, wk, 1).
         x = _resize_grid_axis(x.reshape(heads, nq, *src_key, 1), src_key, dst_key)
         x = x.reshape(heads, nq, -1)
-    if tuple(src_query) != tuple(dst_query):
+    if symbolic or tuple(src_query) != tuple(dst_query):
         # (heads, hq, wq, Nk): the result comes out in its final (heads, Nq, Nk) layout.
         x = _resize_grid_axis(x.reshape(heads, *src_query, x.shape[-1]), src_query, dst_query)
         x = x.reshape(heads, dst_query[0] * dst_query[1], -1)

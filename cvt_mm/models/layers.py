@@ -142,7 +142,14 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     for a bias that needs a gradient (:class:`BiasGradAttention`). Elsewhere the queries are
     split into chunks of at most ``max_score_elements`` scores, which bounds the memory of
     a math fallback; chunks are independent rows of the softmax, so the result is the same.
+
+    Under ``torch.export`` (ONNX export) it is one plain ``scaled_dot_product_attention``:
+    the chunk sizes depend on the (symbolic) shapes and :class:`BiasGradAttention` serves
+    only training, and the exported graph's runtime picks its own attention kernels.
     """
+    if torch.compiler.is_exporting():
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
+                                              scale=scale)
     b, h, nq, _ = q.shape
     nk = k.shape[-2]
     if q.device.type == 'cpu' and dropout_p == 0:
@@ -155,7 +162,8 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
     if bias is not None and bias.dim() < 2:
-        raise ValueError(f'attention bias must have a query and a key axis, got {tuple(bias.shape)}')
+        raise ValueError('attention bias must have a query and a key axis, got '
+                         f'{tuple(bias.shape)}')
     outs = []
     for start in range(0, nq, rows):
         stop = min(start + rows, nq)
