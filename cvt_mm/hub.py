@@ -5,8 +5,8 @@ A checkpoint may be named by an ``http://`` or ``https://`` URL wherever a path 
 config, ``tools/test.py CONFIG URL``. The file is downloaded once into the torch hub cache,
 ``torch.hub.get_dir()/checkpoints/`` (``$TORCH_HOME/hub/checkpoints``, where torch and MMEngine
 keep theirs), with a progress bar on a terminal, checked against its SHA-256 when
-``cvt_mm.models.weights.PUBLISHED`` knows it, and then read by
-:func:`cvt_mm.models.weights.read_checkpoint`: ``torch.load(weights_only=True)`` or
+``cvt_mm.weights.PUBLISHED`` knows it, and then read by
+:func:`cvt_mm.weights.read_checkpoint`: ``torch.load(weights_only=True)`` or
 safetensors, never arbitrary unpickling.
 
 Downloads are atomic: the bytes go to ``<name>.<pid>.<random>.part`` in the cache folder, are
@@ -42,7 +42,7 @@ from typing import Optional
 
 import torch
 
-from .models.weights import CheckpointError, published_for_url, sniff_file
+from .weights import CheckpointError, published_for_url, sniff_file
 
 __all__ = ['DownloadError', 'URL_SCHEMES', 'is_url', 'cache_dir', 'cache_name', 'sha256_of',
            'download', 'cached_download', 'load_from_http']
@@ -297,7 +297,7 @@ def cached_download(url: str, sha256: Optional[str] = None, file_name: Optional[
     Args:
         url (str): an ``http://`` or ``https://`` URL.
         sha256 (str, optional): the expected hex SHA-256. Defaults to None: the one
-            ``cvt_mm.models.weights.PUBLISHED`` lists for this URL, if any. Checked on download
+            ``cvt_mm.weights.PUBLISHED`` lists for this URL, if any. Checked on download
             and on every later use of the cached file.
         file_name (str, optional): the name in the cache. Defaults to :func:`cache_name`.
         progress (bool, optional): progress bar; defaults to None (only on a terminal).
@@ -351,7 +351,7 @@ def load_from_http(filename: str, map_location=None) -> dict:
     ``weights_only=False`` (a downloaded file could run arbitrary code), checks neither the
     length of what arrived nor our SHA-256s, and caches HF files of different repositories
     under one name. This one goes through :func:`cached_download` and
-    :func:`~cvt_mm.models.weights.read_checkpoint`, so ``load_from = URL`` and
+    :func:`~cvt_mm.weights.read_checkpoint`, so ``load_from = URL`` and
     ``tools/test.py CONFIG URL`` get the cache, the checks and safe reading. Tensors are
     loaded on the CPU; ``map_location`` is accepted for MMEngine's signature (loading into
     the model copies them to its device).
@@ -361,7 +361,7 @@ def load_from_http(filename: str, map_location=None) -> dict:
         >>> from mmengine.runner import load_checkpoint
         >>> load_checkpoint(model, 'https://example.org/epoch_12.pth')  # comes here
     """
-    from .models.weights import read_checkpoint
+    from .weights import read_checkpoint
     return read_checkpoint(filename)
 
 

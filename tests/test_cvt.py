@@ -14,7 +14,7 @@ from safetensors.torch import save_file
 
 import cvt_mm  # noqa: F401  (registers CvT)
 from cvt_mm.models.cvt import CvT
-from cvt_mm.models.weights import CheckpointError
+from cvt_mm.weights import CheckpointError
 
 from tool_loader import load_tool
 

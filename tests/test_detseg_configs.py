@@ -232,7 +232,7 @@ def test_missing_pretrained_file_says_what_and_where(name, tmp_path, monkeypatch
     it and how to convert it."""
     from mmengine.registry import MODELS
 
-    from cvt_mm.models.weights import CheckpointError
+    from cvt_mm.weights import CheckpointError
     monkeypatch.chdir(tmp_path)  # the configs' checkpoints/ paths are relative
     cfg = load(osp.join(CONFIGS, name))
     backbone = MODELS.build(cfg.model.backbone)

@@ -21,8 +21,9 @@ import torch
 import cvt_mm  # noqa: F401  (registers the backbones and the http(s) checkpoint loader)
 from cvt_mm import hub
 from cvt_mm.hub import DownloadError, cache_name, cached_download
-from cvt_mm.models import CMT, weights
-from cvt_mm.models.weights import CheckpointError, read_checkpoint
+from cvt_mm import weights
+from cvt_mm.models import CMT
+from cvt_mm.weights import CheckpointError, read_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TINY_CMT = dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1])

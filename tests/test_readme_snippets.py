@@ -11,7 +11,7 @@ import pytest
 from mmengine.config import Config
 
 import cvt_mm  # noqa: F401
-from cvt_mm.models.weights import PUBLISHED
+from cvt_mm.weights import PUBLISHED
 from cvt_mm.testing import build_model_from_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))

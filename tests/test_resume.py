@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from cvt_mm.engine import find_resumable_checkpoint
-from cvt_mm.models.weights import read_checkpoint
+from cvt_mm.weights import read_checkpoint
 
 from detseg_utils import ROOT, run_tool, seg_user_config
 

@@ -4,7 +4,7 @@ import argparse
 import pytest
 import torch
 
-from cvt_mm.models.weights import CheckpointError, extract_state_dict, read_checkpoint
+from cvt_mm.weights import CheckpointError, extract_state_dict, read_checkpoint
 
 
 def test_training_script_checkpoint_with_argparse_namespace_loads(tmp_path):

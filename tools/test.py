@@ -24,7 +24,7 @@ from cvt_mm.engine.launch import (
     prepare_cpu_distributed,
     set_local_rank_env,
 )
-from cvt_mm.models.weights import checkpoint_misfit
+from cvt_mm.weights import checkpoint_misfit
 
 
 def parse_args(argv=None):

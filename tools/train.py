@@ -24,7 +24,7 @@ from cvt_mm.engine.launch import (
     prepare_cpu_distributed,
     set_local_rank_env,
 )
-from cvt_mm.models.weights import read_checkpoint
+from cvt_mm.weights import read_checkpoint
 
 
 def parse_args(argv=None):

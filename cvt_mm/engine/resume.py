@@ -13,7 +13,7 @@ import os.path as osp
 import re
 from typing import List, Optional, Tuple
 
-from ..models.weights import CheckpointError, read_checkpoint
+from ..weights import CheckpointError, read_checkpoint
 
 __all__ = ['find_resumable_checkpoint']
 

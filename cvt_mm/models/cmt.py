@@ -22,33 +22,27 @@ from __future__ import annotations
 import functools
 import math
 from collections import OrderedDict
-from typing import Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-import torch.utils.checkpoint as cp
-from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
-from mmengine.model import BaseModule
 from torch import nn
 
 from ..registry import MODELS
+from ..weights import CheckpointError
+from .base import ConvViTBackbone
 from .layers import (
     attention,
-    batchnorm_eval,
     check_batchnorm_statistics,
     check_choice,
-    check_indices,
-    freeze_modules,
-    layer_depth,
     nchw_to_nlc,
     nlc_to_nchw,
+    run_blocks,
     stochastic_depth_rates,
-    trunc_normal_init_,
-    unused_by_featmaps,
+    vit_init_,
 )
-from .weights import CheckpointError, load_pretrained
 
 Grid = Tuple[int, int]
 
@@ -388,12 +382,7 @@ class CMTStage(nn.Module):
         x, hw = self.patch_embed(x)
         key_grid = (_ceil_div(hw[0], self.sr_ratio), _ceil_div(hw[1], self.sr_ratio))
         bias = self.relative_pos_for(hw, key_grid)
-        for block in self.blocks:
-            if self.with_cp and x.requires_grad:
-                x = cp.checkpoint(block, x, hw, bias, use_reentrant=False)
-            else:
-                x = block(x, hw, bias)
-        return x, hw
+        return run_blocks(self.blocks, x, hw, bias, with_cp=self.with_cp), hw
 
 
 def _resolve_arch(arch) -> dict:
@@ -422,66 +411,88 @@ def _resolve_arch(arch) -> dict:
     return cfg
 
 
-def _is_pretrained(init_cfg) -> bool:
-    return isinstance(init_cfg, dict) and init_cfg.get('type') == 'Pretrained'
-
-
 @MODELS.register_module()
-class CMT(BaseModule):
-    """CMT backbone (MMDetection, MMSegmentation and MMPretrain).
+class CMT(ConvViTBackbone):
+    """CMT backbone for MMDetection, MMSegmentation and MMPretrain (Guo et al., CVPR 2022).
+
+    Computes what the official ``cmt_pytorch`` model computes at any input size >= 32x32, so
+    the published weights load as they are; returns a pyramid of NCHW maps (strides 4, 8, 16,
+    32; stage ``i`` has ``ceil(H / s) x ceil(W / s)`` tokens) and keeps the ImageNet
+    classification stage (1x1 conv, BN, Swish, pool, dropout, ``head``) for :meth:`classify`.
 
     Args:
-        arch: ``'ti' | 'xs' | 's' | 'b'`` or a dict with ``embed_dims``, ``num_heads``,
-            ``depths`` and optionally ``stem_channels``, ``mlp_ratio``, ``sr_ratios``,
-            ``pretrain_img_size``, ``head_drop_rate``, ``fc_channels``.
-        in_channels: input image channels.
-        out_indices: stages whose maps ``forward`` returns (strides 4, 8, 16, 32).
-        out_type: ``'featmap'`` (tuple of NCHW maps) or ``'logits'`` (``(logits,)`` for
-            MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``). With ``'featmap'``
+        arch (str | dict): ``'ti'``, ``'xs'``, ``'s'``, ``'b'`` (see :attr:`arch_zoo`) or a
+            dict with ``embed_dims``, ``num_heads``, ``depths`` and optionally
+            ``stem_channels``, ``mlp_ratio``, ``sr_ratios``, ``pretrain_img_size``,
+            ``head_drop_rate``, ``fc_channels``. Default ``'s'``.
+        in_channels (int): image channels. Default 3.
+        out_indices (Sequence[int]): stages whose maps ``forward`` returns, in this order.
+            Default ``(0, 1, 2, 3)``.
+        out_type (str): ``'featmap'`` (a tuple of NCHW maps) or ``'logits'`` (``(logits,)``
+            for MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``). With ``'featmap'``
             the classification stage and any stage after ``max(out_indices)`` are kept (for
             ``classify()`` and checkpoint loading) but frozen, so that every trainable
             parameter gets a gradient, as DDP with ``find_unused_parameters=False`` needs.
-        out_norm_cfg: ``None`` returns the official stage outputs; a norm config (e.g.
-            ``dict(type='LN')``) adds one norm per output, as dense heads usually want.
-        num_classes: classes of the Linear head used by :meth:`classify`; 0 drops it.
-        drop_path_rate: stochastic depth, rising linearly over all blocks.
-        pretrain_img_size: resolution whose token grids the relative position biases are
-            stored for (int or (h, w)); default: the arch's ImageNet training resolution.
-        frozen_stages: -1 trains everything, ``k >= 0`` freezes the stem and the first
-            ``k`` stages (parameters and BN statistics).
-        norm_eval: keep all BatchNorm layers in eval mode during training.
-        with_cp: gradient checkpointing per block.
-        use_sdpa: ``scaled_dot_product_attention`` (False: the reference path).
-        bias_cache_size: resized biases kept per stage in eval mode (input sizes, LRU).
-        init_cfg: ``dict(type='Pretrained', checkpoint=PATH[, prefix='backbone.'])`` loads an
-            official CMT file or one of ours (see ``cvt_mm.models.weights``). A checkpoint of
-            another arch is an error naming both; ``allow_partial=True`` loads what fits.
+            Default ``'featmap'``.
+        out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
+            ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``).
+            Default None.
+        num_classes (int): classes of the Linear head used by :meth:`classify`; 0 drops it
+            (``classify`` then returns the pooled features). Default 1000.
+        drop_path_rate (float): stochastic depth, rising linearly over all blocks (official
+            recipes: 0.1 / 0.08 / 0.1 / 0.25 for Ti / XS / S / B). Default 0.1.
+        pretrain_img_size (int | tuple[int, int], optional): resolution whose token grids the
+            relative position biases are stored for; None: the arch's ImageNet resolution.
+            Other input sizes resize the biases bicubically. Default None.
+        frozen_stages (int): -1 trains everything, ``k >= 0`` freezes the stem and the first
+            ``k`` stages (parameters, ``relative_pos``, BatchNorm statistics, output norms).
+            Default -1.
+        norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
+        with_cp (bool): recompute each block's activations in the backward pass instead of
+            storing them (training only). Default False.
+        use_sdpa (bool): ``scaled_dot_product_attention`` with the bias as additive mask;
+            ``False`` runs the reference path. Default True.
+        bias_cache_size (int): resized biases kept per stage in eval mode (input sizes, LRU).
+            Default 2.
+        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
+            URL[, prefix='backbone.'][, allow_partial=True])`` loads an official CMT file or
+            one of ours (biases trained at another resolution are resized once); a checkpoint
+            of another arch is an error naming both, unless ``allow_partial``. Other MMEngine
+            init configs are applied as usual; ``None`` is the official initialisation.
+            Default None.
+
+    Examples:
+        >>> import torch
+        >>> from cvt_mm.models import CMT
+        >>> model = CMT(arch='s', out_norm_cfg=dict(type='LN')).eval()
+        >>> [tuple(f.shape) for f in model(torch.randn(1, 3, 97, 131))]
+        [(1, 64, 25, 33), (1, 128, 13, 17), (1, 256, 7, 9), (1, 512, 4, 5)]
+        >>> model.classify(torch.randn(1, 3, 224, 224)).shape
+        torch.Size([1, 1000])
     """
+    family = 'cmt'
+    num_stages = NUM_STAGES
     # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
     arch_zoo = ARCH_SETTINGS
+    min_input_size = MIN_INPUT_SIZE
 
-    def __init__(self, arch='s', in_channels: int = 3, out_indices=(0, 1, 2, 3),
-                 out_type: str = 'featmap', out_norm_cfg: Optional[dict] = None,
-                 num_classes: int = 1000, drop_path_rate: float = 0.1,
-                 pretrain_img_size=None, frozen_stages: int = -1, norm_eval: bool = False,
-                 with_cp: bool = False, use_sdpa: bool = True, bias_cache_size: int = 2,
-                 init_cfg: Optional[dict] = None):
-        super().__init__(init_cfg=init_cfg)
+    def __init__(self, arch: Union[str, dict] = 's', in_channels: int = 3,
+                 out_indices: Sequence[int] = (0, 1, 2, 3), out_type: str = 'featmap',
+                 out_norm_cfg: Optional[dict] = None, num_classes: int = 1000,
+                 drop_path_rate: float = 0.1,
+                 pretrain_img_size: Optional[Union[int, Tuple[int, int]]] = None,
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 use_sdpa: bool = True, bias_cache_size: int = 2,
+                 init_cfg: Optional[Union[dict, List[dict]]] = None):
+        super().__init__(in_channels=in_channels, out_indices=out_indices, out_type=out_type,
+                         out_norm_cfg=out_norm_cfg, num_classes=num_classes,
+                         frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
+                         init_cfg=init_cfg)
         cfg = _resolve_arch(arch)
-        check_choice('out_type', out_type, ('featmap', 'logits'))
-        if not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(f'num_classes must be an int >= 0, got {num_classes!r}')
-        if out_type == 'logits' and num_classes == 0:
-            raise ValueError("out_type='logits' needs a classifier: num_classes must be > 0")
-        if not 0 <= drop_path_rate < 1:
+        if not isinstance(drop_path_rate, (int, float)) or not 0 <= drop_path_rate < 1:
             raise ValueError(f'drop_path_rate must be in [0, 1), got {drop_path_rate!r}')
-        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= NUM_STAGES:
-            raise ValueError(f'frozen_stages must be an int in -1..{NUM_STAGES}, '
-                             f'got {frozen_stages!r}')
         if not isinstance(bias_cache_size, int) or bias_cache_size < 0:
             raise ValueError(f'bias_cache_size must be an int >= 0, got {bias_cache_size!r}')
-        if _is_pretrained(init_cfg) and not init_cfg.get('checkpoint'):
-            raise ValueError("init_cfg=dict(type='Pretrained') needs checkpoint=PATH")
         pretrain_img_size = pretrain_img_size or cfg['pretrain_img_size']
         if isinstance(pretrain_img_size, int):
             pretrain_img_size = (pretrain_img_size, pretrain_img_size)
@@ -491,13 +502,8 @@ class CMT(BaseModule):
 
         self.arch_settings = cfg
         self.embed_dims = list(cfg['embed_dims'])
-        self.in_channels = in_channels
-        self.out_indices = check_indices('out_indices', out_indices, NUM_STAGES)
-        self.out_type = out_type
-        self.num_classes = num_classes
+        self.depths = list(cfg['depths'])
         self.pretrain_img_size = tuple(pretrain_img_size)
-        self.frozen_stages = frozen_stages
-        self.norm_eval = norm_eval
 
         stem = cfg['stem_channels']
         self.stem = nn.Sequential(*(
@@ -505,55 +511,36 @@ class CMT(BaseModule):
             for c_in, stride in ((in_channels, 2), (stem, 1), (stem, 1))))
 
         grids = stage_grids(self.pretrain_img_size, cfg['sr_ratios'])
-        drop_paths = stochastic_depth_rates(cfg['depths'], drop_path_rate)
+        drop_paths = stochastic_depth_rates(drop_path_rate, self.depths)
         self.stages = nn.ModuleList()
         channels = stem
         for i in range(NUM_STAGES):
             self.stages.append(CMTStage(
-                channels, self.embed_dims[i], cfg['depths'][i], cfg['num_heads'][i],
+                channels, self.embed_dims[i], self.depths[i], cfg['num_heads'][i],
                 cfg['mlp_ratio'], cfg['sr_ratios'][i], drop_paths[i], *grids[i],
                 use_sdpa=use_sdpa, with_cp=with_cp, bias_cache_size=bias_cache_size))
             channels = self.embed_dims[i]
-
-        self.out_norms = None
-        if out_norm_cfg is not None:
-            self.out_norms = nn.ModuleDict({
-                str(i): build_norm_layer(out_norm_cfg, self.embed_dims[i])[1]
-                for i in self.out_indices})
 
         # Official classification stage: 1x1 conv -> BN -> Swish -> pool -> dropout -> Linear.
         self.cls_proj = ConvBN(self.embed_dims[-1], cfg['fc_channels'], 1, act=nn.SiLU())
         self.head_drop = nn.Dropout(cfg['head_drop_rate'])
         self.head = nn.Linear(cfg['fc_channels'], num_classes) if num_classes > 0 \
             else nn.Identity()
-        self._freeze_stages()
+        self._build_out_norms()
+        self._freeze()
 
-    @property
-    def out_channels(self) -> list:
-        if self.out_type == 'logits':
-            return [self.num_classes]
-        return [self.embed_dims[i] for i in self.out_indices]
-
-    # ---------------------------------------------------------------- weights
-    def init_weights(self):
-        if _is_pretrained(self.init_cfg):
-            load_pretrained(self, self.init_cfg['checkpoint'], 'cmt',
-                            prefix=self.init_cfg.get('prefix'),
-                            allow_partial=self.init_cfg.get('allow_partial', False))
-            self._is_init = True
-        elif self.init_cfg is not None:
-            super().init_weights()
-        else:
-            trunc_normal_init_(self)
-            for m in self.modules():
-                if isinstance(m, nn.Conv2d):
-                    # The official init: PyTorch's fan_out counts every output channel even
-                    # in depth-wise convs, which keeps the residual LPU/IRFFN branches small;
-                    # a per-group fan_out makes 25+ residual convs blow activations up.
-                    nn.init.kaiming_normal_(m.weight, mode='fan_out')
-            for stage in self.stages:
-                nn.init.normal_(stage.relative_pos)
-            self._is_init = True
+    def _official_init(self) -> None:
+        vit_init_(self)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                # The official init: PyTorch's fan_out counts every output channel even in
+                # depth-wise convs, which keeps the residual LPU/IRFFN branches small; a
+                # per-group fan_out makes 25+ residual convs blow activations up.
+                nn.init.kaiming_normal_(m.weight, mode='fan_out')
+                if m.bias is not None:
+                    nn.init.zeros_(m.bias)
+        for stage in self.stages:
+            nn.init.normal_(stage.relative_pos)
 
     def adapt_pretrained_state_dict(self, sd: dict) -> dict:
         """Resize checkpoint biases trained at another resolution (once) to the stored grids.
@@ -574,49 +561,16 @@ class CMT(BaseModule):
                       f'{stage.query_grid} x {stage.key_grid} (bicubic)', logger='current')
         return sd
 
-    def get_layer_depth(self, param_name: str, prefix: str = '') -> tuple:
-        """``(depth, num_layers)`` of a parameter for layer-wise learning-rate decay
-        (MMPretrain's ``LearningRateDecayOptimWrapperConstructor``; for detectors and
-        segmentors ``cvt_mm.engine.BackboneLayerDecayOptimWrapperConstructor``). See
-        :func:`~cvt_mm.models.layers.layer_depth` for the numbering."""
-        return layer_depth(param_name, prefix, self.arch_settings['depths'])
 
-    # ---------------------------------------------------------------- training modes
-    def _freeze_stages(self):
-        frozen = unused_by_featmaps(self.out_type, self.out_indices, self.stages,
-                                    (self.cls_proj, self.head))
-        if self.frozen_stages >= 0:
-            frozen += [self.stem] + [self.stages[i] for i in range(self.frozen_stages)]
-            if self.out_norms is not None:
-                frozen += [self.out_norms[str(i)] for i in range(self.frozen_stages)
-                           if str(i) in self.out_norms]
-        freeze_modules(frozen)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        self._freeze_stages()
-        if mode and self.norm_eval:
-            batchnorm_eval(self)
-        return self
-
-    # ---------------------------------------------------------------- forward
-    def _check_input(self, x: torch.Tensor, last_stage: int):
-        if not isinstance(x, torch.Tensor) or x.dim() != 4 or x.shape[1] != self.in_channels:
-            raise ValueError(f'CMT expects (B, {self.in_channels}, H, W) images, got '
-                             f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}')
-        if x.shape[0] == 0:
-            raise ValueError('CMT got an empty batch (0 images)')
-        if min(x.shape[-2:]) < MIN_INPUT_SIZE:
-            raise ValueError(f'CMT needs inputs of at least {MIN_INPUT_SIZE}x{MIN_INPUT_SIZE} '
-                             f'(stride 32), got {x.shape[-2]}x{x.shape[-1]}')
-        if self.training:
-            # The smallest BatchNorm input of the stages that run: a stage's key/value map
-            # (sr conv) or, without reduction, its token map (IRFFN).
-            grids = stage_grids(tuple(x.shape[-2:]), self.arch_settings['sr_ratios'])
-            area, i, grid = min([(g[1][0] * g[1][1], i, g[1])
-                                 for i, g in enumerate(grids[:last_stage + 1])])
-            check_batchnorm_statistics(self, x.shape[0], grid, f'stage {i}\'s smallest map',
-                                       MIN_TRAIN_SIDE_BATCH_1)
+    def _check_train_batch(self, x: torch.Tensor, last_stage: int) -> None:
+        # The smallest BatchNorm input of the stages that run: a stage's key/value map (sr
+        # conv) or, without reduction, its token map (IRFFN).
+        grids = stage_grids(tuple(x.shape[-2:]), self.arch_settings['sr_ratios'])
+        # A list, not a generator: torch.compile traces min() of a list only.
+        _, i, grid = min([(g[1][0] * g[1][1], i, g[1])
+                          for i, g in enumerate(grids[:last_stage + 1])])
+        check_batchnorm_statistics(self, x.shape[0], grid, f"stage {i}'s smallest map",
+                                   MIN_TRAIN_SIDE_BATCH_1)
 
     def _run_stages(self, x: torch.Tensor, last: int) -> list:
         """[(NLC tokens, (h, w)), ...] of stages 0..last."""
@@ -628,23 +582,16 @@ class CMT(BaseModule):
             x = nlc_to_nchw(tokens, hw)
         return outs
 
-    def classify(self, x: torch.Tensor) -> torch.Tensor:
-        """(B, num_classes) logits of the official classification stage (pooled 1280-d
-        features when ``num_classes=0``)."""
-        self._check_input(x, NUM_STAGES - 1)
+    def _stage_maps(self, x: torch.Tensor, last_stage: int) -> List[torch.Tensor]:
+        return [nlc_to_nchw(tokens, hw) for tokens, hw in self._run_stages(x, last_stage)]
+
+    def _classify(self, x: torch.Tensor) -> torch.Tensor:
         tokens, hw = self._run_stages(x, NUM_STAGES - 1)[-1]
         x = self.cls_proj(nlc_to_nchw(tokens, hw))
         return self.head(self.head_drop(x.mean(dim=(2, 3))))
 
-    def forward(self, x: torch.Tensor) -> tuple:
-        if self.out_type == 'logits':
-            return (self.classify(x), )
-        self._check_input(x, max(self.out_indices))
-        stage_outs = self._run_stages(x, max(self.out_indices))
-        outs = []
-        for i in self.out_indices:
-            tokens, hw = stage_outs[i]
-            if self.out_norms is not None:
-                tokens = self.out_norms[str(i)](tokens)
-            outs.append(nlc_to_nchw(tokens, hw).contiguous())
-        return tuple(outs)
+    def _classification_modules(self) -> List[nn.Module]:
+        return [self.cls_proj, self.head]
+
+    def _stem_modules(self) -> List[nn.Module]:
+        return [self.stem]

@@ -1,7 +1,7 @@
 """CvT: Introducing Convolutions to Vision Transformers (Wu et al., 2021).
 
 The architecture computes what the official ``microsoft/CvT`` model computes, so the published
-ImageNet weights load as they are (see ``cvt_mm.models.weights`` for the layouts):
+ImageNet weights load as they are (see ``cvt_mm.weights`` for the layouts):
 
 * three stages, each a convolutional token embedding (Conv2d + LayerNorm) and pre-norm blocks;
   no position embedding;
@@ -18,29 +18,23 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.utils.checkpoint as cp
-from mmcv.cnn import build_norm_layer
 from mmcv.cnn.bricks import DropPath
-from mmengine.model import BaseModule
 from torch import nn
 
 from ..registry import MODELS
+from .base import ConvViTBackbone
 from .layers import (
     FP32LayerNorm,
     QuickGELU,
     attention,
-    batchnorm_eval,
     check_batchnorm_statistics,
     check_choice,
-    check_indices,
-    freeze_modules,
-    layer_depth,
     nchw_to_nlc,
     nlc_to_nchw,
-    trunc_normal_init_,
-    unused_by_featmaps,
+    run_blocks,
+    stochastic_depth_rates,
+    vit_init_,
 )
-from .weights import load_pretrained
 
 ARCH_SETTINGS = {
     '13': dict(embed_dims=[64, 192, 384], num_heads=[1, 3, 6], depths=[1, 2, 10]),
@@ -182,13 +176,7 @@ class CvTStage(nn.Module):
         if self.cls_token is not None:
             num_cls = 1
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        # Recomputation only pays off when a backward pass will follow.
-        checkpointed = self.with_cp and self.training and torch.is_grad_enabled()
-        for block in self.blocks:
-            if checkpointed:
-                x = cp.checkpoint(block, x, hw, num_cls, use_reentrant=False)
-            else:
-                x = block(x, hw, num_cls)
+        x = run_blocks(self.blocks, x, hw, num_cls, with_cp=self.with_cp)
         cls_token = x[:, :num_cls] if num_cls else None
         return nlc_to_nchw(x[:, num_cls:], hw), cls_token
 
@@ -214,7 +202,7 @@ def _resolve_arch(arch: Union[str, dict]) -> dict:
     return spec
 
 
-def _stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[float]]:
+def stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[float]]:
     """A float is the official recipe (0 / 0 / rate per stage); a sequence gives one rate per
     stage. Within a stage the rate rises linearly from 0, as in the official code."""
     if isinstance(drop_path_rate, (int, float)):
@@ -226,41 +214,65 @@ def _stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[f
                              f'got {drop_path_rate!r}')
     if not all(0.0 <= r < 1.0 for r in per_stage):
         raise ValueError(f'drop_path_rate values must be in [0, 1), got {drop_path_rate!r}')
-    # On the CPU explicitly, so that building under `with torch.device('meta')` works.
-    return [torch.linspace(0, r, d, device='cpu').tolist() for r, d in zip(per_stage, depths)]
+    return [stochastic_depth_rates(r, [d])[0] for r, d in zip(per_stage, depths)]
 
 
 @MODELS.register_module()
-class CvT(BaseModule):
-    """CvT backbone for MMDetection, MMSegmentation and MMPretrain.
+class CvT(ConvViTBackbone):
+    """CvT backbone for MMDetection, MMSegmentation and MMPretrain (Wu et al., ICCV 2021).
+
+    Computes what the official ``microsoft/CvT`` model computes, so the published weights load
+    as they are; returns a pyramid of NCHW maps (strides 4, 8, 16) and keeps the ImageNet
+    classification stage (final LayerNorm on the cls token, ``head``) for :meth:`classify`.
 
     Args:
-        arch: ``'13'``, ``'21'``, ``'w24'`` or ``dict(embed_dims, num_heads, depths)`` with three
-            entries each.
-        in_channels: image channels.
-        out_indices: stages whose maps ``forward`` returns, in this order (strides 4, 8, 16).
-        out_type: ``'featmap'`` (tuple of NCHW maps) or ``'logits'`` (``(logits,)``, for an
-            MMPretrain ``ImageClassifier`` with a loss-only ``ClsHead``). With ``'featmap'``
-            the classification stage and any stage after ``max(out_indices)`` are kept (for
-            ``classify()`` and checkpoint loading) but frozen, so that every trainable
-            parameter gets a gradient, as DDP with ``find_unused_parameters=False`` needs.
-        out_norm_cfg: ``None`` returns the official stage outputs; ``dict(type='LN')`` adds a
-            LayerNorm per returned map (``out_norms.{stage}``), as MMDetection's Swin/PVT do.
-        num_classes: classes of the Linear head on the cls token; 0 for no head (``classify``
-            then returns the normalised cls token).
-        drop_path_rate: stochastic depth of the last stage (official recipe: 0 / 0 / 0.1), or
-            three per-stage rates.
-        frozen_stages: as ResNet/Swin: -1 trains everything, 0 freezes the stem (stage 0's token
-            embedding), ``k`` freezes the first ``k`` stages; frozen parts stay in eval mode.
-        norm_eval: keep every BatchNorm in eval mode while training.
-        with_cp: activation checkpointing per block while training.
-        use_sdpa: fused attention (default); ``False`` uses the plain reference attention.
-        init_cfg: ``dict(type='Pretrained', checkpoint=PATH[, prefix='backbone.'])`` loads any
-            known CvT layout (official, Hugging Face, ours). A checkpoint of another arch is
-            an error naming both; ``allow_partial=True`` loads what fits on purpose.
+        arch (str | dict): ``'13'``, ``'21'``, ``'w24'`` (see :attr:`arch_zoo`), or
+            ``dict(embed_dims, num_heads, depths)`` with three entries each. Default ``'13'``.
+        in_channels (int): image channels. Default 3.
+        out_indices (Sequence[int]): stages whose maps ``forward`` returns, in this order.
+            Default ``(0, 1, 2)``.
+        out_type (str): ``'featmap'`` (a tuple of NCHW maps) or ``'logits'`` (``(logits,)``,
+            for an MMPretrain ``ImageClassifier`` with a loss-only ``ClsHead``). With
+            ``'featmap'`` the classification stage and any stage after ``max(out_indices)``
+            are kept (for ``classify()`` and checkpoint loading) but frozen, so that every
+            trainable parameter gets a gradient, as DDP with ``find_unused_parameters=False``
+            needs. Default ``'featmap'``.
+        out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
+            ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``), as
+            MMDetection's Swin/PVT do. Default None.
+        num_classes (int): classes of the Linear head on the cls token; 0 for no head
+            (``classify`` then returns the normalised cls token). Default 1000.
+        drop_path_rate (float | Sequence[float]): stochastic depth of the last stage (the
+            official recipe: 0 / 0 / 0.1, rising linearly within the stage), or three
+            per-stage rates. Default 0.1.
+        frozen_stages (int): as ResNet/Swin: -1 trains everything, 0 freezes the stem (stage
+            0's token embedding), ``k`` the first ``k`` stages; frozen parts stay in eval mode.
+            Default -1.
+        norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
+        with_cp (bool): recompute each block's activations in the backward pass instead of
+            storing them (training only). Default False.
+        use_sdpa (bool): fused attention; ``False`` runs the plain reference attention.
+            Default True.
+        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
+            URL[, prefix='backbone.'][, allow_partial=True])`` loads any known CvT layout
+            (official, Hugging Face, ours); a checkpoint of another arch is an error naming
+            both, unless ``allow_partial``. Other MMEngine init configs are applied as usual;
+            ``None`` is the official initialisation. Default None.
+
+    Examples:
+        >>> import torch
+        >>> from cvt_mm.models import CvT
+        >>> model = CvT(arch='13', out_norm_cfg=dict(type='LN')).eval()
+        >>> [tuple(f.shape) for f in model(torch.randn(1, 3, 224, 320))]
+        [(1, 64, 56, 80), (1, 192, 28, 40), (1, 384, 14, 20)]
+        >>> model.classify(torch.randn(1, 3, 224, 224)).shape
+        torch.Size([1, 1000])
     """
+    family = 'cvt'
+    num_stages = NUM_STAGES
     # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
     arch_zoo = ARCH_SETTINGS
+    min_input_size = MIN_INPUT_SIZE
 
     def __init__(self,
                  arch: Union[str, dict] = '13',
@@ -274,39 +286,16 @@ class CvT(BaseModule):
                  norm_eval: bool = False,
                  with_cp: bool = False,
                  use_sdpa: bool = True,
-                 init_cfg: Optional[dict] = None):
-        if init_cfg is not None and not isinstance(init_cfg, dict):
-            raise ValueError(f'init_cfg must be a dict or None, got {type(init_cfg).__name__}')
-        if init_cfg is not None and init_cfg.get('type') == 'Pretrained' \
-                and not init_cfg.get('checkpoint'):
-            raise ValueError("init_cfg=dict(type='Pretrained') needs checkpoint=PATH")
-        super().__init__(init_cfg=init_cfg)
+                 init_cfg: Optional[Union[dict, List[dict]]] = None):
+        super().__init__(in_channels=in_channels, out_indices=out_indices, out_type=out_type,
+                         out_norm_cfg=out_norm_cfg, num_classes=num_classes,
+                         frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
+                         init_cfg=init_cfg)
         spec = _resolve_arch(arch)
-        check_choice('out_type', out_type, ('featmap', 'logits'))
-        if not isinstance(in_channels, int) or in_channels < 1:
-            raise ValueError(f'in_channels must be a positive int, got {in_channels!r}')
-        if not isinstance(num_classes, int) or num_classes < 0:
-            raise ValueError(f'num_classes must be an int >= 0 (0: no head), got {num_classes!r}')
-        if out_type == 'logits' and num_classes == 0:
-            raise ValueError("out_type='logits' needs a head: num_classes must be > 0")
-        if not isinstance(frozen_stages, int) or not -1 <= frozen_stages <= NUM_STAGES:
-            raise ValueError(f'frozen_stages must be an int in -1..{NUM_STAGES} '
-                             f'(-1: nothing frozen), got {frozen_stages!r}')
-        if out_norm_cfg is not None:
-            if not isinstance(out_norm_cfg, dict):
-                raise ValueError(f'out_norm_cfg must be None or a dict, got {out_norm_cfg!r}')
-            # Applied on tokens before they are reshaped to maps: only a LayerNorm fits there.
-            check_choice("out_norm_cfg['type']", out_norm_cfg.get('type'), ('LN', ))
-
         self.embed_dims = spec['embed_dims']
         self.num_heads = spec['num_heads']
         self.depths = spec['depths']
-        self.out_indices = check_indices('out_indices', out_indices, NUM_STAGES)
-        self.out_type = out_type
-        self.num_classes = num_classes
-        self.frozen_stages = frozen_stages
-        self.norm_eval = norm_eval
-        rates = _stage_drop_path_rates(drop_path_rate, self.depths)
+        rates = stage_drop_path_rates(drop_path_rate, self.depths)
 
         self.stages = nn.ModuleList()
         channels = in_channels
@@ -316,63 +305,25 @@ class CvT(BaseModule):
                          rates[i], with_cls_token=i == NUM_STAGES - 1, use_sdpa=use_sdpa,
                          with_cp=with_cp))
             channels = self.embed_dims[i]
-        self.in_channels = in_channels
 
         # The classification stage: final norm on the cls token and the ImageNet head.
         self.norm = FP32LayerNorm(self.embed_dims[-1], eps=1e-5)
-        self.head = nn.Linear(self.embed_dims[-1], num_classes) if num_classes > 0 else None
+        self.head = nn.Linear(self.embed_dims[-1], num_classes) if num_classes > 0 \
+            else nn.Identity()
+        self._build_out_norms()
+        self._freeze()
 
-        self.out_norms = None
-        if out_norm_cfg is not None and out_type == 'featmap':
-            self.out_norms = nn.ModuleDict({
-                str(i): build_norm_layer(out_norm_cfg, self.embed_dims[i])[1]
-                for i in self.out_indices
-            })
-        freeze_modules(self._frozen_modules())
-
-    @property
-    def out_channels(self) -> List[int]:
-        if self.out_type == 'logits':
-            return [self.num_classes]
-        return [self.embed_dims[i] for i in self.out_indices]
-
-    # ---------------------------------------------------------------------------------------
-    # Initialisation
-    # ---------------------------------------------------------------------------------------
-    def init_weights(self) -> None:
-        if self.init_cfg is not None and self.init_cfg.get('type') == 'Pretrained':
-            load_pretrained(self, self.init_cfg['checkpoint'], 'cvt',
-                            prefix=self.init_cfg.get('prefix'), head_prefixes=('head.', ),
-                            allow_partial=self.init_cfg.get('allow_partial', False))
-            return
-        if self.init_cfg is not None:
-            super().init_weights()
-            return
-        # The official recipe: truncated-normal Linear weights and cls token.
-        trunc_normal_init_(self)
+    def _official_init(self) -> None:
+        # microsoft/CvT's trunc_normal init: Linear weights and the cls token; convolutions
+        # keep PyTorch's default.
+        vit_init_(self)
         nn.init.trunc_normal_(self.stages[-1].cls_token, std=0.02)
 
-    # ---------------------------------------------------------------------------------------
-    # Forward
-    # ---------------------------------------------------------------------------------------
-    def _check_input(self, x: torch.Tensor, last_stage: int) -> None:
-        if not isinstance(x, torch.Tensor) or x.dim() != 4:
-            raise ValueError('CvT expects a (B, C, H, W) tensor, got '
-                             f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}')
-        if x.shape[0] == 0:
-            raise ValueError('CvT got an empty batch (0 images)')
-        if x.shape[1] != self.in_channels:
-            raise ValueError(f'CvT was built for in_channels={self.in_channels}, '
-                             f'got an input with {x.shape[1]} channels')
-        if min(x.shape[2:]) < MIN_INPUT_SIZE:
-            raise ValueError(f'CvT needs inputs of at least {MIN_INPUT_SIZE}x{MIN_INPUT_SIZE}, '
-                             f'got {tuple(x.shape[2:])}')
-        if self.training:
-            # The smallest BatchNorm input: the last stage's stride-2 key/value projection.
-            kv = [-(-n // 2) for n in stage_sizes(x.shape[2:])[last_stage]]
-            check_batchnorm_statistics(self, x.shape[0], kv,
-                                       f"stage {last_stage}'s key/value map",
-                                       MIN_TRAIN_SIDE_BATCH_1)
+    def _check_train_batch(self, x: torch.Tensor, last_stage: int) -> None:
+        # The smallest BatchNorm input: the last stage's stride-2 key/value projection.
+        kv = [-(-n // 2) for n in stage_sizes(x.shape[2:])[last_stage]]
+        check_batchnorm_statistics(self, x.shape[0], kv, f"stage {last_stage}'s key/value map",
+                                   MIN_TRAIN_SIDE_BATCH_1)
 
     def _run_stages(self, x: torch.Tensor, last_stage: int):
         """Run stages 0..last_stage; return their maps and the last stage's cls token."""
@@ -382,53 +333,15 @@ class CvT(BaseModule):
             maps.append(x)
         return maps, cls_token
 
-    def _logits(self, cls_token: torch.Tensor) -> torch.Tensor:
-        feats = self.norm(cls_token[:, 0])
-        return self.head(feats) if self.head is not None else feats
+    def _stage_maps(self, x: torch.Tensor, last_stage: int) -> List[torch.Tensor]:
+        return self._run_stages(x, last_stage)[0]
 
-    def classify(self, x: torch.Tensor) -> torch.Tensor:
-        """Official ImageNet logits ``(B, num_classes)`` (normalised cls token if no head)."""
-        self._check_input(x, NUM_STAGES - 1)
+    def _classify(self, x: torch.Tensor) -> torch.Tensor:
         _, cls_token = self._run_stages(x, NUM_STAGES - 1)
-        return self._logits(cls_token)
+        return self.head(self.norm(cls_token[:, 0]))
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
-        if self.out_type == 'logits':
-            return (self.classify(x), )
-        self._check_input(x, max(self.out_indices))
-        maps, _ = self._run_stages(x, max(self.out_indices))
-        outs = []
-        for i in self.out_indices:
-            fmap = maps[i]
-            if self.out_norms is not None:
-                fmap = nlc_to_nchw(self.out_norms[str(i)](nchw_to_nlc(fmap)), fmap.shape[2:])
-            outs.append(fmap)
-        return tuple(outs)
+    def _classification_modules(self) -> List[nn.Module]:
+        return [self.norm, self.head]
 
-    # ---------------------------------------------------------------------------------------
-    # Training behaviour (as MMDetection's Swin)
-    # ---------------------------------------------------------------------------------------
-    def _frozen_modules(self) -> List[nn.Module]:
-        modules = unused_by_featmaps(self.out_type, self.out_indices, self.stages,
-                                     (self.norm, self.head))
-        if self.frozen_stages < 0:
-            return modules
-        modules += [self.stages[0].patch_embed, *self.stages[:self.frozen_stages]]
-        if self.out_norms is not None:
-            modules += [self.out_norms[str(i)] for i in range(self.frozen_stages)
-                        if str(i) in self.out_norms]
-        return modules
-
-    def get_layer_depth(self, param_name: str, prefix: str = '') -> tuple:
-        """``(depth, num_layers)`` of a parameter for layer-wise learning-rate decay
-        (MMPretrain's ``LearningRateDecayOptimWrapperConstructor``; for detectors and
-        segmentors ``cvt_mm.engine.BackboneLayerDecayOptimWrapperConstructor``). See
-        :func:`~cvt_mm.models.layers.layer_depth` for the numbering."""
-        return layer_depth(param_name, prefix, self.depths)
-
-    def train(self, mode: bool = True):
-        super().train(mode)
-        freeze_modules(self._frozen_modules())
-        if mode and self.norm_eval:
-            batchnorm_eval(self)
-        return self
+    def _stem_modules(self) -> List[nn.Module]:
+        return [self.stages[0].patch_embed]

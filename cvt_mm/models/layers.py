@@ -1,11 +1,11 @@
 """Layers shared by the CvT and CMT backbones."""
 from __future__ import annotations
 
-import math
 from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
+import torch.utils.checkpoint as cp
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -182,16 +182,37 @@ def attention(q, k, v, scale, bias=None, dropout_p=0.0, use_sdpa=True):
     return fn(q, k, v, scale, bias=bias, dropout_p=dropout_p)
 
 
-def stochastic_depth_rates(depths: Sequence[int], total_rate: float) -> list:
+def stochastic_depth_rates(total_rate: float, depths: Sequence[int]) -> list:
     """Per-block drop-path rates rising linearly from 0 to ``total_rate`` over all blocks
-    (the Swin/PVT/CMT convention), returned as one list per stage."""
+    (the Swin/PVT/CMT convention), returned as one list per stage.
+
+    Example::
+
+        >>> stochastic_depth_rates(0.2, [1, 2])
+        [[0.0], [0.1, 0.2]]
+    """
     total = sum(depths)
-    rates = torch.linspace(0, total_rate, total).tolist() if total > 0 else []
+    # On the CPU explicitly, so that building under `with torch.device('meta')` works.
+    rates = torch.linspace(0, total_rate, total, device='cpu').tolist() if total > 0 else []
     out, start = [], 0
     for d in depths:
         out.append(rates[start:start + d])
         start += d
     return out
+
+
+def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, *args, with_cp: bool = False):
+    """``x`` through ``blocks`` in order (each called as ``block(x, *args)``). ``with_cp``
+    recomputes each block's activations in the backward pass instead of keeping them, only
+    when a backward can follow (training mode with autograd on): elsewhere it would only cost
+    time."""
+    checkpointed = with_cp and blocks.training and torch.is_grad_enabled()
+    for block in blocks:
+        if checkpointed:
+            x = cp.checkpoint(block, x, *args, use_reentrant=False)
+        else:
+            x = block(x, *args)
+    return x
 
 
 def check_choice(name: str, value, allowed) -> None:
@@ -266,21 +287,23 @@ def batchnorm_eval(model: nn.Module) -> None:
             m.eval()
 
 
-def trunc_normal_init_(module: nn.Module, std: float = 0.02) -> None:
-    """ViT-style init: truncated normal Linear weights, zero biases, unit norms."""
+def vit_init_(module: nn.Module, std: float = 0.02) -> None:
+    """The ViT initialisation of the official CvT and CMT code: truncated-normal Linear
+    weights (``std``) with zero biases, unit-scale zero-shift norms. Convolutions are left
+    as they are (PyTorch's default in the official CvT; CMT sets its own, see ``CMT``).
+
+    Example::
+
+        >>> vit_init_(nn.Sequential(nn.Linear(4, 4), nn.LayerNorm(4)))
+    """
     for m in module.modules():
         if isinstance(m, nn.Linear):
             nn.init.trunc_normal_(m.weight, std=std)
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
-        elif isinstance(m, (nn.LayerNorm, nn.BatchNorm2d, nn.GroupNorm)):
+        elif isinstance(m, (nn.LayerNorm, _BatchNorm, nn.GroupNorm)):
             if m.weight is not None:
                 nn.init.ones_(m.weight)
-            if m.bias is not None:
-                nn.init.zeros_(m.bias)
-        elif isinstance(m, nn.Conv2d):
-            fan_out = m.kernel_size[0] * m.kernel_size[1] * m.out_channels // m.groups
-            nn.init.normal_(m.weight, 0, math.sqrt(2.0 / fan_out))
             if m.bias is not None:
                 nn.init.zeros_(m.bias)
 

@@ -33,7 +33,7 @@ import urllib.parse
 from typing import List, Optional
 
 from cvt_mm import hub
-from cvt_mm.models import weights
+from cvt_mm import weights
 
 BASE_URL_ENV = 'CVT_MM_CHECKPOINT_BASE_URL'
 

@@ -13,7 +13,7 @@ import mmcv
 from mmengine.config import Config, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
-from cvt_mm.models.weights import checkpoint_misfit
+from cvt_mm.weights import checkpoint_misfit
 
 
 def parse_args(argv=None):

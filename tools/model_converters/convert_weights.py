@@ -3,7 +3,7 @@
     python tools/model_converters/convert_weights.py SRC DST [--family cvt|cmt]
         [--prefix backbone.] [--add-prefix P]
 
-SRC may be any layout ``cvt_mm.models.weights`` knows (official model zoo, Hugging Face
+SRC may be any layout ``cvt_mm.weights`` knows (official model zoo, Hugging Face
 ``.safetensors``/``.bin``, ours bare or inside an MMEngine classifier / detector / segmentor
 checkpoint); the family and layout are recognised from the keys unless ``--family`` is given.
 Other modules' keys (neck, heads), optimizer state and message hub are dropped. DST is a ``.pth``
@@ -11,13 +11,13 @@ holding ``{'state_dict': ..., 'meta': ...}`` (or a ``.safetensors`` file) that
 ``init_cfg=dict(type='Pretrained', checkpoint=DST)`` loads. ``--add-prefix backbone.`` nests the
 keys under a prefix instead, which makes an official checkpoint loadable by ``tools/test.py``
 through a classification config (its ``load_from`` loads the whole ``ImageClassifier``).
-All format knowledge lives in ``cvt_mm.models.weights``; this tool only drives it.
+All format knowledge lives in ``cvt_mm.weights``; this tool only drives it.
 """
 import argparse
 import sys
 
 import cvt_mm  # noqa: F401  (allow-lists MMEngine's checkpoint types for safe loading)
-from cvt_mm.models import weights
+from cvt_mm import weights
 
 
 def parse_args(argv=None, description=__doc__):

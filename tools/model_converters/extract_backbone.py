@@ -12,7 +12,7 @@ workflow looks for; it takes the same options.
 """
 import sys
 
-from cvt_mm.models.weights import convert_checkpoint as extract_backbone  # noqa: F401
+from cvt_mm.weights import convert_checkpoint as extract_backbone  # noqa: F401
 
 # The converter beside this file (a script's folder is on sys.path when it runs).
 from convert_weights import main

@@ -325,7 +325,7 @@ def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
         raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
     path = os.fspath(path)
     if path[:8].lower().startswith(('http://', 'https://')):
-        from ..hub import cached_download  # the hub imports this module
+        from .hub import cached_download  # the hub imports this module
         path = cached_download(path)
     if not os.path.isfile(path):
         raise _not_a_file_error(path, family)
@@ -416,7 +416,7 @@ def convert_checkpoint(src: str, dst: str, family: Optional[str] = None,
     """
     import io
 
-    from ..engine.fileio import write_atomically
+    from .engine.fileio import write_atomically
     if os.path.abspath(src) == os.path.abspath(dst):
         raise ValueError(f'the output must not overwrite the input checkpoint {src}')
     if add_prefix and not add_prefix.endswith('.'):
