@@ -19,9 +19,8 @@ import pytest
 import torch
 
 import cvt_mm  # noqa: F401  (registers the backbones and the http(s) checkpoint loader)
-from cvt_mm import hub
+from cvt_mm import hub, weights
 from cvt_mm.hub import DownloadError, cache_name, cached_download
-from cvt_mm import weights
 from cvt_mm.models import CMT
 from cvt_mm.weights import CheckpointError, read_checkpoint
 

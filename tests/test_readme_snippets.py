@@ -11,8 +11,8 @@ import pytest
 from mmengine.config import Config
 
 import cvt_mm  # noqa: F401
-from cvt_mm.weights import PUBLISHED
 from cvt_mm.testing import build_model_from_config
+from cvt_mm.weights import PUBLISHED
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DOCS = [osp.join(ROOT, 'README.md')] + sorted(glob.glob(osp.join(ROOT, 'docs', '*.md'))) + \

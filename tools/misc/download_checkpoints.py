@@ -32,8 +32,7 @@ import sys
 import urllib.parse
 from typing import List, Optional
 
-from cvt_mm import hub
-from cvt_mm import weights
+from cvt_mm import hub, weights
 
 BASE_URL_ENV = 'CVT_MM_CHECKPOINT_BASE_URL'
 
