@@ -1,4 +1,5 @@
-"""Build the model of any of our configs and feed it synthetic batches, without data on disk.
+"""Test utilities: the model of any of our configs fed synthetic batches without data on
+disk, and the repository's tools run as a user runs them.
 
 What the tests, the benchmarks and ``tools/analysis_tools/gpu_check.py`` share: the real
 MMDetection / MMSegmentation / MMPretrain model of a config (backbone from random weights, so no
@@ -14,7 +15,11 @@ Example::
 """
 from __future__ import annotations
 
+import importlib.util
+import os
 import os.path as osp
+import subprocess
+import sys
 from typing import Optional, Union
 
 import torch
@@ -22,9 +27,16 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope, init_default_scope
 
 __all__ = ['load_config', 'build_model_from_config', 'synthetic_batch', 'task_of',
-           'write_user_config']
+           'write_user_config', 'ROOT', 'CONFIGS', 'TOOLS', 'load_tool', 'run_tool',
+           'make_tiny_data', 'det_user_config', 'seg_user_config']
 
 TASKS = ('mmdet', 'mmseg', 'mmpretrain')
+# The repository this package is installed from (editable), with its configs and tools.
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+CONFIGS = osp.join(ROOT, 'configs')
+TOOLS = osp.join(ROOT, 'tools')
+# Side of the tiny detection datasets' images.
+IMAGE_SIZE = 96
 
 
 def load_config(config: Union[str, Config]) -> Config:
@@ -307,3 +319,72 @@ train_cfg = dict(max_iters={max_iters}, val_interval={max_iters})
 default_hooks = dict(logger=dict(interval=1),
                      checkpoint=dict(by_epoch=False, interval={max_iters}))
 '''
+
+
+# --------------------------------------------------------------------------------------------
+# The repository's tools, run as a user runs them
+# --------------------------------------------------------------------------------------------
+def load_tool(name: str):
+    """Import ``tools/<name>.py`` as a module (``name`` may hold a subfolder:
+    ``'analysis_tools/gpu_check'``). Its folder is put on sys.path, as Python does when it
+    runs a script, because a script may import a sibling (extract_backbone.py imports
+    convert_weights.py); appended, not prepended, so tools/test.py cannot shadow the standard
+    library's ``test`` package.
+
+    Example::
+
+        >>> args = load_tool('train').parse_args(['configs/mask_rcnn_cvt13_coco.py'])
+    """
+    path = osp.join(TOOLS, f'{name}.py')
+    if osp.dirname(path) not in sys.path:
+        sys.path.append(osp.dirname(path))
+    spec = importlib.util.spec_from_file_location(f'cvt_mm_tool_{name.replace("/", "_")}', path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def run_tool(args, timeout: float = 300, env: Optional[dict] = None,
+             expect_success: bool = True) -> subprocess.CompletedProcess:
+    """Run ``tools/<args[0]>`` (python or bash) with ``args[1:]`` from the repository root;
+    unless ``expect_success=False``, raise ``AssertionError`` with its output when it fails."""
+    full_env = dict(os.environ, **(env or {}))
+    full_env['PYTHONPATH'] = ROOT + os.pathsep + full_env.get('PYTHONPATH', '')
+    if args[0].endswith('.sh'):
+        command = ['bash', osp.join(TOOLS, args[0]), *args[1:]]
+        full_env.setdefault('PYTHON', sys.executable)
+    else:
+        command = [sys.executable, osp.join(TOOLS, args[0]), *args[1:]]
+    proc = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0 or not expect_success, (
+        f'{" ".join(command)} failed ({proc.returncode}):\n'
+        f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')
+    return proc
+
+
+def make_tiny_data(out: str) -> str:
+    """Tiny COCO- and ADE20K-layout shapes datasets under ``out`` (4 train / 2 val images of
+    ``IMAGE_SIZE`` px), written by the demo's own data tool."""
+    load_tool('misc/make_demo_data').main([
+        '--out', out, '--size', str(IMAGE_SIZE), '--coco-train', '4', '--coco-val', '2',
+        '--ade-train', '4', '--ade-val', '2', '--max-objects', '3', '--seed', '1'])
+    return out
+
+
+def det_user_config(path: str, base: str, data_root: str, work_dir: str, max_epochs: int = 1,
+                    **extra) -> str:
+    """A user's config: inherit ``base`` (a file under configs/), train on the tiny
+    COCO-layout shapes data with its three classes, from scratch, ``max_epochs`` epochs of
+    2 iterations (4 images, batch 2) on one process."""
+    return write_user_config(path, base, data_root, work_dir, image_size=IMAGE_SIZE,
+                             max_epochs=max_epochs, **extra)
+
+
+def seg_user_config(path: str, data_root: str, work_dir: str, max_iters: int = 2,
+                    base: str = 'upernet_cvt13_ade20k.py', **extra) -> str:
+    """A user's config: inherit a UperNet config at a 64 px crop on the tiny ADE-layout
+    data, from scratch, ``max_iters`` iterations."""
+    return write_user_config(path, base, data_root, work_dir, image_size=64,
+                             max_iters=max_iters, **extra)

@@ -445,16 +445,6 @@ def convert_checkpoint(src: str, dst: str, family: Optional[str] = None,
 # --------------------------------------------------------------------------------------------
 # Loading into a model
 # --------------------------------------------------------------------------------------------
-@dataclass
-class LoadReport:
-    source: str
-    format: str
-    missing: List[str]
-    unused: List[str]
-    skipped_head: List[str]
-    dropped_wrapper_keys: int
-
-
 # Keys a backbone may lack in a checkpoint or ignore from it without being the wrong model:
 # the classifier head (absent in headless files, different class count) and our optional
 # output norms for dense heads (no official file has them).
@@ -488,7 +478,7 @@ def load_pretrained(model: torch.nn.Module, path: str, family: str,
                     prefix: Optional[str] = None,
                     head_prefixes: Tuple[str, ...] = ('head.', ),
                     allow_partial: bool = False,
-                    logger: Optional[MMLogger] = None) -> LoadReport:
+                    logger: Optional[MMLogger] = None) -> None:
     """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc).
 
     A checkpoint of another architecture (keys the model lacks, or model parameters the
@@ -538,20 +528,17 @@ def load_pretrained(model: torch.nn.Module, path: str, family: str,
         print_log(f'allow_partial: {len(mismatched)} tensors of another shape not loaded: '
                   + '; '.join(mismatched), logger=logger, level=30)
     result = model.load_state_dict(sd, strict=False)
-    report = LoadReport(path, fmt_name, list(result.missing_keys),
-                        list(result.unexpected_keys), skipped_head, dropped)
     print_log(f'Loaded {type(model).__name__} weights from {path} (format: {fmt_name}, '
               f'{len(sd)} tensors)', logger=logger)
     if skipped_head:
         print_log('Skipped the classifier head (different num_classes): '
                   + ', '.join(skipped_head), logger=logger, level=30)
-    if report.missing:
-        print_log(f'Missing keys ({len(report.missing)}): {", ".join(report.missing)}',
-                  logger=logger, level=30)
-    if report.unused:
-        print_log(f'Unused keys ({len(report.unused)}): {", ".join(report.unused)}',
-                  logger=logger, level=30)
-    return report
+    if result.missing_keys:
+        print_log(f'Missing keys ({len(result.missing_keys)}): '
+                  f'{", ".join(result.missing_keys)}', logger=logger, level=30)
+    if result.unexpected_keys:
+        print_log(f'Unused keys ({len(result.unexpected_keys)}): '
+                  f'{", ".join(result.unexpected_keys)}', logger=logger, level=30)
 
 
 def _listed(items: List[str], limit: int = 3) -> str:

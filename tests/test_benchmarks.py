@@ -15,8 +15,7 @@ from cvt_mm.flops import count_flops
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.layers import sdpa_attention
-
-from tool_loader import TOOLS, load_tool
+from cvt_mm.testing import TOOLS, load_tool
 
 REPO = os.path.dirname(TOOLS)
 

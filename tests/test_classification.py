@@ -20,9 +20,8 @@ from PIL import Image
 import cvt_mm  # noqa: F401  (registers CvT/CMT, allow-lists MMEngine checkpoint types)
 from cvt_mm.models.cmt import ARCH_SETTINGS as CMT_ARCHS
 from cvt_mm.models.cvt import CvT
+from cvt_mm.testing import load_tool
 from cvt_mm.weights import CheckpointError, read_checkpoint
-
-from tool_loader import load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

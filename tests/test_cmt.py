@@ -12,9 +12,8 @@ import torch.nn.functional as F
 
 import cvt_mm  # noqa: F401  (registers CMT)
 from cvt_mm.models.cmt import CMT, resize_relative_pos
+from cvt_mm.testing import load_tool
 from cvt_mm.weights import CheckpointError
-
-from tool_loader import load_tool
 
 convert_weights = load_tool('model_converters/convert_weights')
 

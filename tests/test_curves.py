@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from detseg_utils import ROOT, run_tool
-from tool_loader import load_tool
+from cvt_mm.testing import ROOT, load_tool, run_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

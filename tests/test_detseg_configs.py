@@ -11,8 +11,7 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
-
-from detseg_utils import CONFIGS
+from cvt_mm.testing import CONFIGS
 
 
 @functools.lru_cache(maxsize=None)
@@ -57,7 +56,7 @@ def build_model(path):
     return model
 
 
-def test_glob_finds_the_issue_configs():
+def test_glob_finds_every_dense_config():
     names = {config_id(path) for path in DETSEG_CONFIGS}
     expected = {'mask_rcnn_cvt13_coco.py', 'mask_rcnn_cvt21_coco.py',
                 'mask_rcnn_cvt13_ms-3x_coco.py', 'mask_rcnn_cmt_s_ms-3x_coco.py',

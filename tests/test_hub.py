@@ -239,7 +239,7 @@ def test_other_url_schemes_still_say_what_to_do():
 # ----------------------------------------------------------------------------- the tool
 @pytest.fixture(scope='module')
 def tool():
-    from tool_loader import load_tool
+    from cvt_mm.testing import load_tool
     return load_tool('misc/download_checkpoints')
 
 

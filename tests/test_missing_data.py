@@ -5,7 +5,7 @@ import os.path as osp
 
 import pytest
 
-from tool_loader import load_tool
+from cvt_mm.testing import load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

@@ -9,8 +9,7 @@ import pytest
 from modelindex.load_model_index import load
 
 import cvt_mm  # noqa: F401
-
-from tool_loader import load_tool
+from cvt_mm.testing import load_tool
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 flops_table = load_tool('analysis_tools/flops_table')

@@ -26,8 +26,7 @@ from cvt_mm.models.cmt import (
     pad_to_multiple,
 )
 from cvt_mm.models.cvt import CvT
-
-from tool_loader import load_tool
+from cvt_mm.testing import load_tool
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 MISSING = [m for m in ('onnx', 'onnxscript', 'onnxruntime') if importlib.util.find_spec(m) is None]

@@ -104,7 +104,7 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
     """Commands need GPUs, datasets or downloads to run, so each is checked as far as that
     is possible here: the script exists, the configs it names load, its flags parse (through
     the tool's own parser), and a make target exists."""
-    from tool_loader import load_tool
+    from cvt_mm.testing import load_tool
     monkeypatch.setenv('LOCAL_RANK', '0')  # what the tools' parse_args would set
     checked, makefile = 0, open(osp.join(ROOT, 'Makefile')).read()
     for doc, line in command_lines():

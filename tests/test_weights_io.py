@@ -95,7 +95,7 @@ def test_prefix_must_exist(tmp_path):
 
 
 def test_convert_weights_to_an_unwritable_path_names_it(tmp_path, capsys):
-    from tool_loader import load_tool
+    from cvt_mm.testing import load_tool
     converter = load_tool('model_converters/convert_weights')
     src = tmp_path / 'ours.pth'
     from cvt_mm.models import CMT

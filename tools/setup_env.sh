@@ -81,10 +81,10 @@ fi
 # local build such as 2.13.0+cu126.
 "${pip[@]}" install -r <(grep -vE '^(torch|torchvision)[=<>!~ ]' requirements.txt)
 "${pip[@]}" install --no-deps -e .
-# The `deploy` extra (ONNX export; tests/test_onnx_export.py runs it): its bounds live in
-# pyproject.toml, and the package's own dependencies are met by now, so this adds only onnx,
-# onnxscript and onnxruntime.
-"${pip[@]}" install -e ".[deploy]"
+# The `tests` and `deploy` extras (pytest, ruff, tensorboard; ONNX export, which the suite
+# runs): their bounds live in pyproject.toml, and the package's own dependencies are met by
+# now, so this adds only those.
+"${pip[@]}" install -e ".[tests,deploy]"
 "$VENV/bin/python" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm, onnxruntime, onnxscript" \
     || { echo "setup_env: the environment in $VENV does not import; see the errors above" >&2; exit 1; }
 echo "$want" > "$stamp"

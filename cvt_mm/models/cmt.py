@@ -37,9 +37,11 @@ from .layers import (
     attention,
     check_batchnorm_statistics,
     check_choice,
+    merge_heads,
     nchw_to_nlc,
     nlc_to_nchw,
     run_blocks,
+    split_heads,
     stochastic_depth_rates,
     vit_init_,
 )
@@ -264,16 +266,12 @@ class LMHSA(nn.Module):
         if sr_ratio > 1:
             self.sr = ConvBN(dim, dim, sr_ratio, stride=sr_ratio, groups=dim)
 
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, c = x.shape
-        return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(1, 2)
-
     def forward(self, x: torch.Tensor, hw: Grid, bias: torch.Tensor) -> torch.Tensor:
-        b, n, c = x.shape
         kv = x
         if self.sr_ratio > 1:
             kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
-        q, k, v = self._heads(self.q(x)), self._heads(self.k(kv)), self._heads(self.v(kv))
+        q, k, v = (split_heads(proj(tokens), self.num_heads)
+                   for proj, tokens in ((self.q, x), (self.k, kv), (self.v, kv)))
         # SDPA takes its unfused math path for a 3-D bias, and for one that requires grad
         # (even under no_grad, where a view of the parameter still says it does): pass it
         # 4-D, (1, heads, Nq, Nk), and detached unless its gradient is wanted.
@@ -281,7 +279,7 @@ class LMHSA(nn.Module):
             bias = bias.detach()
         out = attention(q, k, v, self.scale, bias=bias.to(q.dtype).unsqueeze(0),
                         use_sdpa=self.use_sdpa)
-        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+        return self.proj(merge_heads(out))
 
 
 class IRFFN(nn.Module):

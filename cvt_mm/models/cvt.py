@@ -29,9 +29,11 @@ from .layers import (
     attention,
     check_batchnorm_statistics,
     check_choice,
+    merge_heads,
     nchw_to_nlc,
     nlc_to_nchw,
     run_blocks,
+    split_heads,
     stochastic_depth_rates,
     vit_init_,
 )
@@ -112,21 +114,16 @@ class ConvAttention(nn.Module):
         self.proj_v = nn.Linear(dims, dims)
         self.proj = nn.Linear(dims, dims)
 
-    def _split_heads(self, x: torch.Tensor) -> torch.Tensor:
-        b, n, c = x.shape
-        return x.reshape(b, n, self.num_heads, c // self.num_heads).transpose(1, 2)
-
     def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
         cls_tokens, tokens = x[:, :num_cls_tokens], x[:, num_cls_tokens:]
         fmap = nlc_to_nchw(tokens, hw)
         q, k, v = (torch.cat([cls_tokens, proj(fmap)], dim=1)
                    for proj in (self.conv_proj_q, self.conv_proj_k, self.conv_proj_v))
-        q = self._split_heads(self.proj_q(q))
-        k = self._split_heads(self.proj_k(k))
-        v = self._split_heads(self.proj_v(v))
+        q = split_heads(self.proj_q(q), self.num_heads)
+        k = split_heads(self.proj_k(k), self.num_heads)
+        v = split_heads(self.proj_v(v), self.num_heads)
         out = attention(q, k, v, self.scale, use_sdpa=self.use_sdpa)
-        b, _, n, _ = out.shape
-        return self.proj(out.transpose(1, 2).reshape(b, n, -1))
+        return self.proj(merge_heads(out))
 
 
 class Mlp(nn.Module):

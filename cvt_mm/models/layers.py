@@ -6,6 +6,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 import torch.utils.checkpoint as cp
+from einops import rearrange
 from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
@@ -39,17 +40,27 @@ class FP32LayerNorm(nn.LayerNorm):
 
 
 def nchw_to_nlc(x: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, H*W, C)."""
+    """(B, C, H, W) -> (B, H*W, C), a view. (``rearrange(x, 'b c h w -> b (h w) c')``
+    would copy: it permutes before merging the spatial axes.)"""
     return x.flatten(2).transpose(1, 2)
 
 
 def nlc_to_nchw(x: torch.Tensor, hw: Sequence[int]) -> torch.Tensor:
-    """(B, H*W, C) -> (B, C, H, W)."""
+    """(B, H*W, C) -> (B, C, H, W), a view."""
     h, w = hw
-    b, n, c = x.shape
-    if n != h * w:
-        raise ValueError(f'nlc_to_nchw: {n} tokens cannot form a {h}x{w} map')
-    return x.transpose(1, 2).reshape(b, c, h, w)
+    if x.shape[1] != h * w:
+        raise ValueError(f'nlc_to_nchw: {x.shape[1]} tokens cannot form a {h}x{w} map')
+    return rearrange(x, 'b (h w) c -> b c h w', h=h, w=w)
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, N, heads * d) tokens -> (B, heads, N, d) per-head tokens, a view."""
+    return rearrange(x, 'b n (heads d) -> b heads n d', heads=num_heads)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, heads, N, d) -> (B, N, heads * d), the inverse of :func:`split_heads`."""
+    return rearrange(x, 'b heads n d -> b n (heads d)')
 
 
 def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
