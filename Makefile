@@ -6,7 +6,7 @@ GPU_CHECK_OUT ?= outputs/gpu_check.json
 
 .PHONY: env demo test test-fast lint gpu-check wheelhouse
 env:
-	bash tools/setup_env.sh
+	bash tools/misc/setup_env.sh
 
 demo: env
 	bash tools/misc/run_demo.sh
@@ -31,7 +31,7 @@ gpu-check:
 		bash tools/misc/setup_gpu_node.sh "$(WHEELHOUSE)" && \
 		. "$${CVT_MM_GPU_SITE:-.gpu-site}/env.sh" && py=$${PYTHON:-python3}; \
 	else \
-		bash tools/setup_env.sh && py=$(PY); \
+		bash tools/misc/setup_env.sh && py=$(PY); \
 	fi && \
 	$$py tools/analysis_tools/gpu_check.py --out "$(GPU_CHECK_OUT)" \
 		--setup-seconds $$(( $$(date +%s) - start ))

@@ -26,7 +26,7 @@ PNG_SIZE = (960, 540)  # 8 x 4.5 in at 120 dpi
 
 try:
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
-except ImportError:  # the `tensorboard` extra; tools/setup_env.sh installs it
+except ImportError:  # the `tensorboard` extra; tools/misc/setup_env.sh installs it
     EventAccumulator = None
 
 
@@ -110,7 +110,7 @@ def _scalars(work_dir):
 def _need_tensorboard():
     if EventAccumulator is None:
         pytest.skip('tensorboard is not installed (pip install -e ".[tensorboard]", or '
-                    'tools/setup_env.sh): TensorBoard event files cannot be written or read')
+                    'tools/misc/setup_env.sh): TensorBoard event files cannot be written or read')
 
 
 def _events(work_dir):

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Create (or reuse) the project virtual environment with the verified stack.
 #
-#   tools/setup_env.sh            # .venv next to this repository
-#   CVT_MM_VENV=/path tools/setup_env.sh
+#   tools/misc/setup_env.sh            # .venv next to this repository
+#   CVT_MM_VENV=/path tools/misc/setup_env.sh
 #
 # Re-running is instant: a stamp records the hash of the files that define the environment,
 # and nothing is reinstalled while it matches. Editing requirements.txt, pyproject.toml or this
@@ -12,12 +12,12 @@
 # is visible (`nvidia-smi`), or when FORCE_CUDA=1. TORCH_CUDA_ARCH_LIST defaults to the visible
 # GPUs' compute capability. See README "Installation on a GPU machine".
 set -euo pipefail
-cd "$(dirname "${BASH_SOURCE[0]}")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 
 VENV=${CVT_MM_VENV:-.venv}
 PYTHON=${PYTHON:-python3.11}
 stamp="$VENV/.cvt_mm_env_stamp"
-want=$(cat requirements.txt pyproject.toml tools/setup_env.sh | sha256sum | cut -d' ' -f1)
+want=$(cat requirements.txt pyproject.toml tools/misc/setup_env.sh | sha256sum | cut -d' ' -f1)
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     exit 0
 fi
