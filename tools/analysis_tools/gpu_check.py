@@ -395,9 +395,10 @@ def check_ddp(plan: Plan, base: str, kind: str, workdir: str):
     nprocs = min(2, torch.cuda.device_count()) if plan.device == 'cuda' else 2
     data = osp.join(workdir, 'data')
     if not osp.isdir(data):
-        subprocess.run([sys.executable, osp.join(ROOT, 'tools', 'make_demo_data.py'), '--out',
-                        data, '--size', str(plan.ddp_image_size), '--coco-train', '8',
-                        '--coco-val', '2', '--ade-train', '8', '--ade-val', '2', '--seed', '3'],
+        make_data = osp.join(ROOT, 'tools', 'misc', 'make_demo_data.py')
+        subprocess.run([sys.executable, make_data, '--out', data, '--size',
+                        str(plan.ddp_image_size), '--coco-train', '8', '--coco-val', '2',
+                        '--ade-train', '8', '--ade-val', '2', '--seed', '3'],
                        check=True, capture_output=True, cwd=ROOT)
     work = osp.join(workdir, f'work_{kind}')
     # 8 images, batch 2 per process: 4 iterations either way.
