@@ -20,6 +20,7 @@ import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load 
 from cvt_mm.engine.launch import (
     build_runner,
     check_dataset_paths,
+    finish_distributed,
     load_config,
     prepare_cpu_distributed,
     set_local_rank_env,
@@ -128,6 +129,7 @@ def main(argv=None):
     if args.out:
         runner.test_evaluator.metrics.append(results_dumper(cfg, args.out))
     runner.test()
+    finish_distributed()
 
 
 if __name__ == '__main__':

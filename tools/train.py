@@ -20,6 +20,7 @@ from cvt_mm.engine import find_resumable_checkpoint
 from cvt_mm.engine.launch import (
     build_runner,
     check_dataset_paths,
+    finish_distributed,
     load_config,
     prepare_cpu_distributed,
     set_local_rank_env,
@@ -104,6 +105,7 @@ def main(argv=None):
                         + (['val_dataloader'] if cfg.get('val_cfg') else []), args.config)
     prepare_cpu_distributed(cfg, args.launcher)
     build_runner(cfg).train()
+    finish_distributed()
 
 
 if __name__ == '__main__':

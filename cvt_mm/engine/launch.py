@@ -124,6 +124,16 @@ def prepare_cpu_distributed(cfg, launcher: str) -> None:
     cfg.model_wrapper_cfg = wrapper
 
 
+def finish_distributed() -> None:
+    """Wait for every process, then tear the process group down before the interpreter exits.
+    Left to interpreter shutdown, gloo's threads are sometimes destroyed while still joinable
+    and the process aborts ("terminate called without an active exception", exit -6) after
+    a run that finished."""
+    if torch_dist.is_available() and torch_dist.is_initialized():
+        torch_dist.barrier()
+        torch_dist.destroy_process_group()
+
+
 def build_runner(cfg):
     """``Runner.from_cfg`` unless the config names its own ``runner_type``."""
     from mmengine.registry import RUNNERS
