@@ -1,15 +1,18 @@
-"""Write small, learnable datasets in the real COCO-instances and ADE20K layouts.
+"""Write small, learnable datasets in the real ImageNet, COCO-instances and ADE20K layouts.
 
 Each image shows a few coloured shapes (circle, square, triangle; a per-class tint with random
 jitter, random size and rotation, never overlapping) on a low-contrast grey texture. Every
 object is a polygon; its pixels are painted from the same rasterisation pycocotools uses to
-decode the polygon, so the annotated masks are exact. Everything is deterministic given ``--seed``.
+decode the polygon, so the annotated masks are exact. The ImageNet-layout set, for the demo's
+classification pretraining, shows one such shape per image, labelled by its class. Everything is
+deterministic given ``--seed``.
 
     python tools/misc/make_demo_data.py --out data/demo          # both datasets
     python tools/misc/make_demo_data.py --out data/demo --coco-train 400 --size 256
 
 Layouts written under ``--out``:
 
+    imagenet/{train,val}/{circle,square,triangle}/*.jpg
     coco/annotations/instances_{train,val}2017.json, coco/{train,val}2017/*.jpg
     ade/images/{training,validation}/*.jpg, ade/annotations/{training,validation}/*.png
 
@@ -116,6 +119,26 @@ def write_coco(out: str, split: str, num_images: int, size: int, max_objects: in
         json.dump(dict(images=images, annotations=annotations, categories=categories), f)
 
 
+def write_imagenet(out: str, split: str, num_images: int, size: int,
+                   rng: np.random.Generator) -> None:
+    """One shape per image (classes in turn, so the split is balanced), in the folder of its
+    class: the folder layout MMPretrain's ``ImageNet`` dataset reads without a list file.
+    Shapes have their class tints, as in the detection set (docs/demo.md measures a variant
+    with random colours: it did not learn within the demo's budget).
+    The shape spans 40%-90% of the side: at 64 px, 26-58 px, near the 31-72 px of the
+    detection set's objects at 128 px, so that pretraining sees objects at the scale that
+    detection will."""
+    for kind in SHAPES:
+        os.makedirs(osp.join(out, split, kind), exist_ok=True)
+    for index in range(num_images):
+        kind = SHAPES[index % len(SHAPES)]
+        radius = rng.uniform(0.2, 0.45) * size
+        cx, cy = rng.uniform(radius, size - radius, size=2)
+        polygon = shape_polygon(kind, cx, cy, radius, rng.uniform(0, 2 * math.pi))
+        image = draw(rng, size, [(kind, polygon, rasterise(polygon, size))])
+        Image.fromarray(image).save(osp.join(out, split, kind, f'{index:06d}.jpg'), quality=95)
+
+
 def write_ade(out: str, split: str, num_images: int, size: int, max_objects: int,
               rng: np.random.Generator) -> None:
     img_dir = osp.join(out, 'images', split)
@@ -140,6 +163,12 @@ def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('--out', default='data/demo', help='output root')
     parser.add_argument('--size', type=int, default=128, help='image side in pixels')
+    parser.add_argument('--imagenet-train', type=int, default=0,
+                        help='ImageNet-layout (one shape per image) train images')
+    parser.add_argument('--imagenet-val', type=int, default=0,
+                        help='ImageNet-layout val images')
+    parser.add_argument('--imagenet-size', type=int, default=64,
+                        help='side of the ImageNet-layout images in pixels')
     parser.add_argument('--coco-train', type=int, default=160, help='COCO train images')
     parser.add_argument('--coco-val', type=int, default=40, help='COCO val images')
     parser.add_argument('--ade-train', type=int, default=120, help='ADE train images')
@@ -147,11 +176,14 @@ def parse_args(argv=None):
     parser.add_argument('--max-objects', type=int, default=3, help='objects per image, at most')
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args(argv)
-    if args.size < 64:
-        raise ValueError(f'--size must be >= 64 pixels, got {args.size}')
+    for name in ('size', 'imagenet_size'):
+        if getattr(args, name) < 32:
+            raise ValueError(f'--{name.replace("_", "-")} must be >= 32 pixels, '
+                             f'got {getattr(args, name)}')
     if args.max_objects < 1:
         raise ValueError(f'--max-objects must be >= 1, got {args.max_objects}')
-    for name in ('coco_train', 'coco_val', 'ade_train', 'ade_val'):
+    for name in ('imagenet_train', 'imagenet_val', 'coco_train', 'coco_val', 'ade_train',
+                 'ade_val'):
         if getattr(args, name) < 0:
             raise ValueError(f'--{name.replace("_", "-")} must be >= 0, '
                              f'got {getattr(args, name)}')
@@ -160,8 +192,9 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    # One generator per split, so changing one split's size leaves the others unchanged.
-    seeds = np.random.SeedSequence(args.seed).spawn(4)
+    # One generator per split, so changing one split's size leaves the others unchanged
+    # (SeedSequence children depend on their index only).
+    seeds = np.random.SeedSequence(args.seed).spawn(6)
     jobs = [(write_coco, osp.join(args.out, 'coco'), 'train', args.coco_train),
             (write_coco, osp.join(args.out, 'coco'), 'val', args.coco_val),
             (write_ade, osp.join(args.out, 'ade'), 'training', args.ade_train),
@@ -169,9 +202,16 @@ def main(argv=None):
     for (writer, root, split, count), seed in zip(jobs, seeds):
         if count:
             writer(root, split, count, args.size, args.max_objects, np.random.default_rng(seed))
-    print(f'wrote COCO ({args.coco_train} train / {args.coco_val} val) and ADE20K '
-          f'({args.ade_train} train / {args.ade_val} val) layouts of {args.size}px images '
-          f'under {args.out}')
+    imagenet = osp.join(args.out, 'imagenet')
+    for split, count, seed in (('train', args.imagenet_train, seeds[4]),
+                               ('val', args.imagenet_val, seeds[5])):
+        if count:
+            write_imagenet(imagenet, split, count, args.imagenet_size,
+                           np.random.default_rng(seed))
+    print(f'wrote ImageNet ({args.imagenet_train} train / {args.imagenet_val} val, '
+          f'{args.imagenet_size}px), COCO ({args.coco_train} train / {args.coco_val} val) and '
+          f'ADE20K ({args.ade_train} train / {args.ade_val} val, {args.size}px) layouts under '
+          f'{args.out}')
 
 
 if __name__ == '__main__':
