@@ -13,6 +13,7 @@ import mmcv
 from mmengine.config import Config, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+from cvt_mm.visualization import best_predictions, enlarge_labels, predict_upsampled
 from cvt_mm.weights import checkpoint_misfit
 
 
@@ -22,9 +23,17 @@ def parse_args(argv=None):
     parser.add_argument('config', help='config file (detection or segmentation)')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--out-file', default='demo_result.jpg', help='picture to write')
+    parser.add_argument('--font-scale', type=float, default=1.0,
+                        help='detection: labels this many times the size MMDetection draws '
+                        'them at')
     parser.add_argument('--device', default='cpu', help='e.g. cpu, cuda:0')
     parser.add_argument('--score-thr', type=float, default=0.3,
                         help='detection: draw boxes scoring at least this')
+    parser.add_argument('--max-per-image', type=int, default=10,
+                        help='detection: draw at most this many boxes (the best)')
+    parser.add_argument('--upsample', type=int, default=1,
+                        help='detection: draw at this multiple of the image size (the model '
+                        'still sees the image as the test pipeline makes it)')
     parser.add_argument('--opacity', type=float, default=0.5,
                         help='segmentation: opacity of the class colours')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -39,8 +48,14 @@ def parse_args(argv=None):
     if mmcv.imread(args.img) is None:
         raise ValueError(f'cannot decode {args.img} ({osp.getsize(args.img)} bytes) as an image '
                          '(OpenCV reads JPEG, PNG, BMP, TIFF, WebP, ...)')
+    if args.font_scale <= 0:
+        raise ValueError(f'--font-scale must be > 0, got {args.font_scale}')
     if not 0 <= args.score_thr <= 1:
         raise ValueError(f'--score-thr must be in [0, 1], got {args.score_thr}')
+    for name in ('max_per_image', 'upsample'):
+        if getattr(args, name) < 1:
+            raise ValueError(f'--{name.replace("_", "-")} must be >= 1, '
+                             f'got {getattr(args, name)}')
     if not 0 <= args.opacity <= 1:
         raise ValueError(f'--opacity must be in [0, 1], got {args.opacity}')
     return args
@@ -55,18 +70,27 @@ def check_fit(model, args) -> None:
 
 
 def draw_detections(cfg, args) -> None:
-    from mmdet.apis import inference_detector, init_detector
+    from mmcv.transforms import Compose
+    from mmdet.apis import init_detector
     from mmdet.registry import VISUALIZERS
+    from mmdet.utils import get_test_pipeline_cfg
     model = init_detector(cfg, args.checkpoint, device=args.device)
     check_fit(model, args)
-    result = inference_detector(model, args.img)
+    # The test pipeline without its annotation loading: a user's image has none.
+    pipeline = [t for t in get_test_pipeline_cfg(model.cfg) if t['type'] != 'LoadAnnotations']
+    data = Compose(pipeline)(dict(img_path=args.img, img_id=0))
+    result = predict_upsampled(model, data, args.upsample)
+    result.pred_instances = best_predictions(result.pred_instances, args.score_thr,
+                                             args.max_per_image)
     visualizer = VISUALIZERS.build(model.cfg.visualizer)
     visualizer.dataset_meta = model.dataset_meta
+    enlarge_labels(visualizer, args.font_scale)
     image = mmcv.imread(args.img, channel_order='rgb')
+    image = mmcv.imrescale(image, args.upsample, interpolation='bicubic')
     visualizer.add_datasample('result', image, data_sample=result, draw_gt=False, show=False,
-                              pred_score_thr=args.score_thr, out_file=args.out_file)
-    kept = int((result.pred_instances.scores >= args.score_thr).sum())
-    print(f'{kept} detections with score >= {args.score_thr} drawn to {args.out_file}')
+                              pred_score_thr=0, out_file=args.out_file)
+    print(f'{len(result.pred_instances)} detections with score >= {args.score_thr} (at most '
+          f'{args.max_per_image}) drawn at {args.upsample}x to {args.out_file}')
 
 
 def draw_segmentation(cfg, args) -> None:
