@@ -8,6 +8,7 @@ GPU_CHECK_OUT ?= outputs/gpu_check.json
 env:
 	bash tools/misc/setup_env.sh
 
+# Pretrain CvT-13, fine-tune Mask R-CNN and UperNet from it, evaluate, draw (docs/demo.md).
 demo: env
 	bash tools/misc/run_demo.sh
 

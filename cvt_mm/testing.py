@@ -346,9 +346,11 @@ def load_tool(name: str):
 
 
 def run_tool(args, timeout: float = 300, env: Optional[dict] = None,
-             expect_success: bool = True) -> subprocess.CompletedProcess:
-    """Run ``tools/<args[0]>`` (python or bash) with ``args[1:]`` from the repository root;
-    unless ``expect_success=False``, raise ``AssertionError`` with its output when it fails."""
+             expect_success: bool = True, cwd: Optional[str] = None
+             ) -> subprocess.CompletedProcess:
+    """Run ``tools/<args[0]>`` (python or bash) with ``args[1:]`` from ``cwd`` (default: the
+    repository root); unless ``expect_success=False``, raise ``AssertionError`` with its
+    output when it fails."""
     full_env = dict(os.environ, **(env or {}))
     full_env['PYTHONPATH'] = ROOT + os.pathsep + full_env.get('PYTHONPATH', '')
     if args[0].endswith('.sh'):
@@ -356,8 +358,8 @@ def run_tool(args, timeout: float = 300, env: Optional[dict] = None,
         full_env.setdefault('PYTHON', sys.executable)
     else:
         command = [sys.executable, osp.join(TOOLS, args[0]), *args[1:]]
-    proc = subprocess.run(command, cwd=ROOT, env=full_env, capture_output=True, text=True,
-                          timeout=timeout)
+    proc = subprocess.run(command, cwd=cwd or ROOT, env=full_env, capture_output=True,
+                          text=True, timeout=timeout)
     assert proc.returncode == 0 or not expect_success, (
         f'{" ".join(command)} failed ({proc.returncode}):\n'
         f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')

@@ -1,6 +1,7 @@
-# configs/upernet_cvt13_ade20k.py trained from scratch on the ADE20K-layout shapes data of
-# tools/misc/make_demo_data.py. Data, scale (crop, head widths) and schedule shrink; backbone and
-# head types are the real ones.
+# `make demo-seg`: configs/upernet_cvt13_ade20k.py fine-tuned on the ADE20K-layout shapes data
+# of tools/misc/make_demo_data.py, its backbone initialised from the classification checkpoint
+# of `make demo`'s first stage (configs/demo/imagenet_cvt13_demo.py) through init_cfg. Data,
+# scale (crop, head widths) and schedule shrink; backbone and head types are the real ones.
 _base_ = '../upernet_cvt13_ade20k.py'
 
 data_root = 'data/demo/ade/'
@@ -9,9 +10,12 @@ metainfo = dict(classes=('background', 'circle', 'square', 'triangle'),
 crop_size = (96, 96)
 image_scale = (128, 128)
 
+# What `python tools/train.py configs/demo/imagenet_cvt13_demo.py` writes last.
+pretrained = 'work_dirs/imagenet_cvt13_demo/epoch_3.pth'
+
 model = dict(
     data_preprocessor=dict(size=crop_size),
-    backbone=dict(init_cfg=None),
+    backbone=dict(init_cfg=dict(checkpoint=pretrained), drop_path_rate=0.),
     # Narrower heads than the real 512/256 channels keep the demo's CPU time small.
     decode_head=dict(num_classes=4, channels=128),
     auxiliary_head=dict(num_classes=4, channels=64))
@@ -55,3 +59,4 @@ param_scheduler = [
 optim_wrapper = dict(optimizer=dict(lr=4e-4))
 default_hooks = dict(logger=dict(interval=10),
                      checkpoint=dict(by_epoch=False, interval=max_iters, max_keep_ckpts=1))
+randomness = dict(seed=0, deterministic=True)
