@@ -1,7 +1,7 @@
-# `make demo-seg`: configs/upernet_cvt13_ade20k.py fine-tuned on the ADE20K-layout shapes data
-# of tools/misc/make_demo_data.py, its backbone initialised from the classification checkpoint
-# of `make demo`'s first stage (configs/demo/imagenet_cvt13_demo.py) through init_cfg. Data,
-# scale (crop, head widths) and schedule shrink; backbone and head types are the real ones.
+# Stage 5 of `make demo`: configs/upernet_cvt13_ade20k.py fine-tuned on the ADE20K-layout
+# shapes data of tools/misc/make_demo_data.py, its backbone initialised through init_cfg from
+# the checkpoint of the demo's pretraining (configs/demo/imagenet_cvt13_demo.py). Data, scale
+# (crop, head widths) and schedule shrink; backbone and head types are the real ones.
 _base_ = '../upernet_cvt13_ade20k.py'
 
 data_root = 'data/demo/ade/'

@@ -94,6 +94,9 @@ def main(argv=None):
         raise ValueError(f'{args.config}: prediction_grid draws detection configs '
                          f"(default_scope='mmdet'), got default_scope="
                          f"{cfg.get('default_scope')!r}")
+    if not any(t['type'] == 'LoadAnnotations' for t in cfg.test_dataloader.dataset.pipeline):
+        raise ValueError(f'{args.config}: the test pipeline loads no annotations, so there is '
+                         'no ground truth to draw beside the predictions')
     from mmdet.apis import init_detector
     from mmdet.registry import DATASETS, VISUALIZERS
     from mmengine.registry import init_default_scope
@@ -104,9 +107,6 @@ def main(argv=None):
     if misfit:
         raise SystemExit(f'error: {misfit}\nNothing was drawn.')
     dataset = DATASETS.build(cfg.test_dataloader.dataset)
-    if not any(t['type'] == 'LoadAnnotations' for t in cfg.test_dataloader.dataset.pipeline):
-        raise ValueError(f'{args.config}: the test pipeline loads no annotations, so there is '
-                         'no ground truth to draw beside the predictions')
     visualizer = VISUALIZERS.build(cfg.visualizer)
     visualizer.dataset_meta = dataset.metainfo
     enlarge_labels(visualizer, args.font_scale)

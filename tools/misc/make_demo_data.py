@@ -7,7 +7,8 @@ decode the polygon, so the annotated masks are exact. The ImageNet-layout set, f
 classification pretraining, shows one such shape per image, labelled by its class. Everything is
 deterministic given ``--seed``.
 
-    python tools/misc/make_demo_data.py --out data/demo          # both datasets
+    python tools/misc/make_demo_data.py --out data/demo          # COCO and ADE20K layouts
+    python tools/misc/make_demo_data.py --out data/demo --imagenet-train 3000 --imagenet-val 300
     python tools/misc/make_demo_data.py --out data/demo --coco-train 400 --size 256
 
 Layouts written under ``--out``:
