@@ -2,6 +2,9 @@
 # Training on a slurm cluster, as MMDetection's tools/slurm_train.sh:
 #   GPUS=16 bash tools/slurm_train.sh PARTITION JOB_NAME CONFIG WORK_DIR [train.py options]
 # GPUS (total), GPUS_PER_NODE, CPUS_PER_TASK, SRUN_ARGS and PYTHON may be set in the environment.
+# The tasks checkpoint and exit with 75 on SIGTERM/SIGUSR1; for jobs that must requeue
+# themselves after a preemption or at their time limit, submit tools/slurm_sbatch.sh with
+# sbatch instead (docs/cluster.md).
 set -euxo pipefail
 PARTITION=$1
 JOB_NAME=$2

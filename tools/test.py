@@ -21,8 +21,9 @@ from cvt_mm.engine.launch import (
     build_runner,
     check_dataset_paths,
     finish_distributed,
+    guard_dataloader_workers,
     load_config,
-    prepare_cpu_distributed,
+    prepare_distributed,
     set_local_rank_env,
 )
 from cvt_mm.weights import checkpoint_misfit
@@ -119,7 +120,8 @@ def main(argv=None):
         enable_tta(cfg)
 
     check_dataset_paths(cfg, ['test_dataloader'], args.config)
-    prepare_cpu_distributed(cfg, args.launcher)
+    guard_dataloader_workers(cfg.get('test_dataloader'))
+    prepare_distributed(cfg, args.launcher)
     runner = build_runner(cfg)
     model = runner.model.module if hasattr(runner.model, 'module') else runner.model
     misfit = checkpoint_misfit(model, args.checkpoint)

@@ -2,6 +2,10 @@
 
     python tools/train.py configs/mask_rcnn_cvt13_coco.py
     bash tools/dist_train.sh configs/upernet_cvt13_ade20k.py 8
+
+Every run resumes exactly (mid-epoch, every rank), checkpoints and exits with code 75 on
+SIGTERM/SIGUSR1, and resumes by itself after a torchrun restart or a slurm requeue
+(docs/cluster.md).
 """
 import os
 
@@ -16,16 +20,16 @@ import argparse
 from mmengine.config import DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; MMEngine checkpoints load safely on resume)
-from cvt_mm.engine import find_resumable_checkpoint
 from cvt_mm.engine.launch import (
     build_runner,
     check_dataset_paths,
+    choose_resume,
     finish_distributed,
     load_config,
-    prepare_cpu_distributed,
+    prepare_distributed,
+    prepare_training,
     set_local_rank_env,
 )
-from cvt_mm.weights import read_checkpoint
 
 
 def parse_args(argv=None):
@@ -51,33 +55,6 @@ def parse_args(argv=None):
     return args
 
 
-def resume_latest(cfg) -> None:
-    """``--resume`` without a file: the newest readable checkpoint of the work dir, saying
-    which newer files were skipped and why, or plainly that there is none."""
-    path, skipped = find_resumable_checkpoint(cfg.work_dir)
-    for line in skipped:
-        print(f'--resume: {line}', flush=True)
-    if path is None:
-        print(f'--resume: no checkpoint to resume from in {cfg.work_dir}; training starts at '
-              'the beginning', flush=True)
-        cfg.resume = False
-        cfg.load_from = None
-    else:
-        print(f'--resume: resuming from {path}', flush=True)
-        cfg.resume = True
-        cfg.load_from = path
-
-
-def add_default_hooks(cfg) -> None:
-    """Every run stops at the first non-finite loss and resumes exactly (see
-    cvt_mm.engine.hooks); a config that lists them already keeps its own settings."""
-    hooks = list(cfg.get('custom_hooks') or [])
-    present = {hook.get('type') for hook in hooks}
-    hooks += [dict(type=name) for name in ('FiniteLossHook', 'RandomStateHook')
-              if name not in present]
-    cfg.custom_hooks = hooks
-
-
 def main(argv=None):
     args = parse_args(argv)
     cfg = load_config(args)
@@ -92,19 +69,13 @@ def main(argv=None):
                              'auto_scale_lr=dict(base_batch_size=...); add one to use the flag')
         cfg.auto_scale_lr.enable = True
 
-    if args.resume == 'auto':
-        resume_latest(cfg)
-    elif args.resume is not None:
-        read_checkpoint(args.resume)  # a clear error for a missing or damaged file
-        cfg.resume = True
-        cfg.load_from = args.resume
-    add_default_hooks(cfg)
-
     # Training validates too (when the config has a val loop).
     check_dataset_paths(cfg, ['train_dataloader']
                         + (['val_dataloader'] if cfg.get('val_cfg') else []), args.config)
-    prepare_cpu_distributed(cfg, args.launcher)
-    build_runner(cfg).train()
+    prepare_distributed(cfg, args.launcher)
+    choose_resume(cfg, args.resume)
+    prepare_training(cfg)
+    build_runner(cfg).train()  # on SIGTERM/SIGUSR1: a checkpoint, then exit code 75
     finish_distributed()
 
 

@@ -10,10 +10,18 @@ SyncBN reverted to BN).
 """
 import os
 import os.path as osp
+import re
 
 import torch
 import torch.distributed as torch_dist
 from mmengine.config import Config, ConfigDict
+from mmengine.logging import print_log
+
+from .data import guard_dataloader_workers
+
+__all__ = ['set_local_rank_env', 'load_config', 'check_dataset_paths', 'first_slurm_host',
+           'slurm_environment', 'prepare_distributed', 'prepare_training', 'choose_resume',
+           'finish_distributed', 'build_runner', 'guard_dataloader_workers']
 
 
 def set_local_rank_env(local_rank: int) -> None:
@@ -106,13 +114,68 @@ def check_dataset_paths(cfg, dataloaders, config_path: str) -> None:
     raise SystemExit('\n'.join(lines))
 
 
-def prepare_cpu_distributed(cfg, launcher: str) -> None:
-    """Set up gloo + CPU DDP when a distributed launcher is used on a machine without CUDA."""
+def first_slurm_host(nodelist: str) -> str:
+    """The first host name of a slurm node list (``SLURM_NODELIST``), expanded as
+    ``scontrol show hostnames`` does, without needing ``scontrol``.
+
+    Example::
+
+        >>> first_slurm_host('gpu-a[07-09,12],gpu-b3')
+        'gpu-a07'
+    """
+    first, depth = '', 0
+    for char in nodelist.strip():
+        if char == ',' and depth == 0:
+            break
+        depth += (char == '[') - (char == ']')
+        first += char
+    if not first or depth:
+        raise ValueError(f'cannot read the slurm node list {nodelist!r}; expected names such '
+                         "as 'node1', 'node[01-04]' or 'rack[1-2]-gpu[1,3]'")
+    # Each bracket holds ranges; the first host takes the start of each first range.
+    return re.sub(r'\[([^\]]*)\]', lambda m: m.group(1).split(',')[0].split('-')[0], first)
+
+
+def slurm_environment(environ=None) -> dict:
+    """The ``torch.distributed`` environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
+    MASTER_PORT) of a task started by ``srun``, from what slurm gives it (SLURM_PROCID,
+    SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST, SLURM_JOB_ID). MASTER_ADDR and MASTER_PORT
+    already set are kept; by default the master is the node list's first host and the port
+    is 20000 + the job id modulo 10000, so two jobs that share a node do not collide.
+
+    Raises:
+        ValueError: naming the slurm variables that are missing.
+    """
+    env = os.environ if environ is None else environ
+    missing = [k for k in ('SLURM_PROCID', 'SLURM_NTASKS', 'SLURM_NODELIST') if k not in env]
+    if missing:
+        raise ValueError(f'--launcher slurm: {", ".join(missing)} not set; start the job '
+                         'with srun (tools/slurm_train.sh), or use --launcher pytorch '
+                         '(tools/dist_train.sh)')
+    job = env.get('SLURM_JOB_ID', '')
+    return dict(
+        RANK=env['SLURM_PROCID'], WORLD_SIZE=env['SLURM_NTASKS'],
+        LOCAL_RANK=env.get('SLURM_LOCALID', '0'),
+        MASTER_ADDR=env.get('MASTER_ADDR') or first_slurm_host(env['SLURM_NODELIST']),
+        MASTER_PORT=env.get('MASTER_PORT') or str(20000 + int(job) % 10000 if job.isdigit()
+                                                  else 29500))
+
+
+def prepare_distributed(cfg, launcher: str) -> None:
+    """Make ``--launcher`` work before the runner is built.
+
+    ``slurm``: the torch.distributed environment is set from slurm's (:func:`slurm_environment`,
+    no ``scontrol`` needed). Without CUDA (``pytorch`` or ``slurm``): the process group is
+    started with gloo here (MMEngine then skips its own NCCL init) and the model is wrapped in
+    :class:`~cvt_mm.engine.distributed.CPUDistributedDataParallel`.
+    """
+    if launcher == 'slurm':
+        os.environ.update(slurm_environment())
     if launcher == 'none' or torch.cuda.is_available():
         return
-    if launcher != 'pytorch':
+    if launcher not in ('pytorch', 'slurm'):
         raise ValueError(f'--launcher {launcher} needs GPUs; on a CPU-only machine use '
-                         '--launcher pytorch (tools/dist_train.sh) or none')
+                         '--launcher pytorch (tools/dist_train.sh), slurm or none')
     if not torch_dist.is_initialized():
         torch_dist.init_process_group(backend='gloo')
     wrapper = cfg.get('model_wrapper_cfg') or ConfigDict(
@@ -122,6 +185,99 @@ def prepare_cpu_distributed(cfg, launcher: str) -> None:
         wrapper['type'] = 'CPUDistributedDataParallel'
     wrapper['device_ids'] = None
     cfg.model_wrapper_cfg = wrapper
+
+
+# MMEngine's loops and the subclasses that resume them exactly (cvt_mm.engine.loops).
+RESUMABLE_LOOPS = {'EpochBasedTrainLoop': 'ResumableEpochBasedTrainLoop',
+                   'IterBasedTrainLoop': 'ResumableIterBasedTrainLoop'}
+# Hooks every training run gets (a config that lists one keeps its own settings).
+TRAINING_HOOKS = ('FiniteLossHook', 'ExactResumeHook', 'PreemptionHook', 'HeartbeatHook')
+
+
+def prepare_training(cfg) -> None:
+    """What ``tools/train.py`` adds to any training config, in place:
+
+    * MMEngine's epoch- and iteration-based loops become their resumable subclasses
+      (:mod:`cvt_mm.engine.loops`: exact mid-epoch resume, per-sample augmentation seeds,
+      data workers that die with their process); other loops are kept, with a warning;
+    * the hooks :data:`TRAINING_HOOKS`: stop at a non-finite loss, save and restore every
+      rank's random states, checkpoint and exit on SIGTERM/SIGUSR1, record progress;
+    * validation and test data workers die with their process too.
+    """
+    loop = cfg.get('train_cfg')
+    if loop is not None:
+        loop_type = loop.get('type')
+        if loop_type is None:  # MMEngine's short form: dict(by_epoch=..., max_...)
+            loop_type = 'EpochBasedTrainLoop' if loop.pop('by_epoch', False) else \
+                'IterBasedTrainLoop'
+        if loop_type in RESUMABLE_LOOPS:
+            loop_type = RESUMABLE_LOOPS[loop_type]
+        elif loop_type not in RESUMABLE_LOOPS.values():
+            print_log(f'train_cfg type {loop_type!r} is not one of MMEngine\'s two loops: it '
+                      'is kept, and a resume continues at epoch boundaries only',
+                      logger='current', level=30)
+        loop['type'] = loop_type
+    hooks = list(cfg.get('custom_hooks') or [])
+    present = {hook.get('type') for hook in hooks}
+    if 'RandomStateHook' in present:  # the former name of ExactResumeHook
+        present.add('ExactResumeHook')
+    hooks += [dict(type=name) for name in TRAINING_HOOKS if name not in present]
+    cfg.custom_hooks = hooks
+    for name in ('val_dataloader', 'test_dataloader'):
+        guard_dataloader_workers(cfg.get(name))
+
+
+def _say(message: str) -> None:
+    """Print once per job (rank 0), before MMEngine's logger exists."""
+    if os.environ.get('RANK', '0') == '0':
+        print(message, flush=True)
+
+
+def choose_resume(cfg, resume) -> None:
+    """Decide what the run continues from, in place (``cfg.resume``, ``cfg.load_from``,
+    ``cfg.randomness.seed``), and say it.
+
+    * ``resume='auto'`` (``--resume`` without a file): the newest complete checkpoint of the
+      work dir (:func:`~cvt_mm.engine.resume.find_resumable_checkpoint`), or the start.
+    * a path: that checkpoint (a clear error when it cannot be read).
+    * after a torchrun restart or a slurm requeue (:func:`~cvt_mm.engine.resume.restart_count`
+      > 0): the newest complete checkpoint of the work dir whatever was passed, since the
+      failed attempt may have written newer ones; the log line says which, and how much work
+      the failure cost (:func:`~cvt_mm.engine.resume.describe_restart`).
+
+    When resuming, a config without a fixed seed takes the checkpoint's, so the data order
+    and the per-sample augmentation seeds continue as before.
+    """
+    from ..weights import read_checkpoint
+    from .resume import describe_restart, find_resumable_checkpoint, restart_count
+    restarted = restart_count() > 0
+    path = None
+    if resume == 'auto' or restarted:
+        path, skipped = find_resumable_checkpoint(cfg.work_dir)
+        for line in skipped:
+            _say(f'--resume: {line}')
+        if restarted:
+            _say(describe_restart(cfg.work_dir, path))
+        if path is None and resume not in (None, 'auto'):
+            path = resume  # restarted before the first checkpoint: the file asked for
+    elif resume is not None:
+        path = resume
+    if path is None:
+        if resume == 'auto':
+            _say(f'--resume: no checkpoint to resume from in {cfg.work_dir}; training starts '
+                 'at the beginning')
+            cfg.load_from = None
+        cfg.resume = False
+        return
+    checkpoint = read_checkpoint(path)  # a clear error for a missing or damaged file
+    if not restarted:
+        _say(f'--resume: resuming from {path}')
+    cfg.resume = True
+    cfg.load_from = path
+    randomness = cfg.get('randomness') or ConfigDict()
+    if randomness.get('seed') is None and checkpoint.get('meta', {}).get('seed') is not None:
+        randomness['seed'] = checkpoint['meta']['seed']
+        cfg.randomness = randomness
 
 
 def finish_distributed() -> None:

@@ -1,0 +1,339 @@
+"""Training data that resumes exactly, on every rank, with persistent workers.
+
+MMEngine seeds each data-loader worker once, from (seed, rank, worker id). A worker's random
+augmentations therefore depend on how many samples that worker has drawn before, which a
+resume cannot restore: persistent workers start their streams again, and which worker loads
+which sample depends on timing. Here each sample's randomness is a function of the sample's
+place in the run instead:
+
+* :class:`ResumableBatchSampler` wraps the run's batch sampler. It gives every index it yields
+  a seed derived from (run seed, sampler epoch, rank, position in this rank's stream) as a
+  :class:`SampleIndex`, and can start an iteration at batch ``n`` by drawing and discarding the
+  first ``n`` batches of indices (no image is read for them).
+* :class:`SeededSampleDataset` wraps the dataset: for a :class:`SampleIndex` it seeds Python's,
+  NumPy's and torch's generators from the index's seed, runs the wrapped dataset's
+  ``__getitem__`` (pipeline included) and puts the caller's generator states back.
+* :func:`guard_data_worker` (a ``worker_init_fn``) makes each worker die with its parent
+  process (Linux ``PR_SET_PDEATHSIG``), so a rank killed by SIGKILL leaves no orphaned workers
+  holding memory, and leaves SIGTERM/SIGUSR1 to the main process (see
+  :class:`cvt_mm.engine.hooks.PreemptionHook`), which stops the workers itself.
+
+The training loops of :mod:`cvt_mm.engine.loops` install all three; nothing else is needed.
+
+Example (what the loops do to a train dataloader config)::
+
+    train_dataloader = dict(
+        batch_size=2, num_workers=2, persistent_workers=True,
+        sampler=dict(type='DefaultSampler', shuffle=True),
+        batch_sampler=dict(type='ResumableBatchSampler', seed=0,
+                           batch_sampler=dict(type='AspectRatioBatchSampler')),
+        worker_init_fn=dict(type='guard_data_worker', seed=0),
+        dataset=dict(type='SeededSampleDataset', dataset=dict(type='CocoDataset', ...)))
+"""
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import multiprocessing
+import os
+import random
+import signal
+import sys
+from typing import Iterator, List, Optional, Union
+
+import numpy as np
+import torch
+from mmengine.dataset.utils import worker_init_fn as mmengine_worker_init_fn
+from mmengine.dist import get_dist_info
+from mmengine.registry import DATA_SAMPLERS, DATASETS, FUNCTIONS
+from torch.utils.data import BatchSampler
+
+__all__ = ['SampleIndex', 'derive_sample_seed', 'seeded_generators', 'SeededSampleDataset',
+           'ResumableBatchSampler', 'guard_data_worker', 'guarded_worker_init_cfg',
+           'guard_dataloader_workers', 'resumable_dataloader_cfg']
+
+_PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
+
+
+class SampleIndex(int):
+    """A dataset index that carries the seed of the sample's random transforms.
+
+    It is an ``int`` everywhere (batch samplers, ``get_data_info``, list indexing); only
+    :class:`SeededSampleDataset` reads ``sample_seed``. Pickles with its seed, so it reaches
+    data-loader workers intact.
+
+    Example::
+
+        >>> i = SampleIndex(7, sample_seed=123)
+        >>> i + 1, i.sample_seed
+        (8, 123)
+    """
+
+    sample_seed: int
+
+    def __new__(cls, index: int, sample_seed: int) -> 'SampleIndex':
+        obj = super().__new__(cls, index)
+        obj.sample_seed = sample_seed
+        return obj
+
+    def __reduce__(self):
+        return SampleIndex, (int(self), self.sample_seed)
+
+    def __repr__(self) -> str:
+        return f'SampleIndex({int(self)}, sample_seed={self.sample_seed})'
+
+
+def derive_sample_seed(seed: int, epoch: int, rank: int, position: int) -> int:
+    """The 63-bit seed of the sample at ``position`` of rank ``rank``'s stream in ``epoch``
+    of the run seeded with ``seed`` (NumPy's ``SeedSequence`` mixes the four numbers, so
+    nearby keys give unrelated seeds)."""
+    words = np.random.SeedSequence([seed & (2**63 - 1), epoch, rank, position]).generate_state(
+        2, np.uint32)
+    return (int(words[0]) << 31) ^ int(words[1])
+
+
+@contextlib.contextmanager
+def seeded_generators(seed: int):
+    """Seed Python's ``random``, NumPy's global generator and torch's CPU generator from
+    ``seed`` for the block, then restore the states they had before it."""
+    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+    try:
+        yield
+    finally:
+        random.setstate(states[0])
+        np.random.set_state(states[1])
+        torch.set_rng_state(states[2])
+
+
+@DATASETS.register_module()
+class SeededSampleDataset:
+    """Dataset wrapper: the random transforms of each sample draw from the seed its
+    :class:`SampleIndex` carries, whichever process or worker loads it.
+
+    Plain integer indices go to the wrapped dataset unchanged. Every other attribute
+    (``metainfo``, ``get_data_info``, ``full_init``, ...) is the wrapped dataset's.
+
+    Args:
+        dataset (dict | Dataset): the dataset, or its config (built in the current scope).
+
+    Example::
+
+        >>> wrapped = SeededSampleDataset(dict(type='CocoDataset', ...))
+        >>> wrapped[SampleIndex(3, sample_seed=42)]  # the same result in every process
+    """
+
+    def __init__(self, dataset):
+        self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index):
+        seed = getattr(index, 'sample_seed', None)
+        if seed is None:
+            return self.dataset[index]
+        with seeded_generators(seed):
+            return self.dataset[int(index)]
+
+    def __getattr__(self, name: str):
+        # Dunders and our own attribute are never forwarded (unpickling looks them up before
+        # ``dataset`` exists).
+        if name == 'dataset' or name.startswith('__'):
+            raise AttributeError(name)
+        return getattr(self.dataset, name)
+
+    def __repr__(self) -> str:
+        return f'SeededSampleDataset({self.dataset!r})'
+
+
+@DATA_SAMPLERS.register_module()
+class ResumableBatchSampler:
+    """Batch sampler wrapper that seeds each sample by its place in the run and can start an
+    iteration part-way.
+
+    Each yielded index is a :class:`SampleIndex` whose seed is :func:`derive_sample_seed` of
+    (``seed``, the sampler's ``epoch``, this process's rank, the index's position in this
+    iteration of the stream). :meth:`start_at` makes the next iteration begin at a given batch:
+    the batches before it are drawn from the wrapped batch sampler (so bucketing batch samplers
+    such as MMDetection's ``AspectRatioBatchSampler`` reach the same state) and discarded, and
+    their positions still count. :meth:`hold` makes iterations empty until :meth:`start_at` is
+    called, for loops that create their data iterator before they know where to start.
+
+    Args:
+        sampler (Sampler): the index sampler (MMEngine passes it).
+        batch_size (int): samples per batch (MMEngine passes it).
+        batch_sampler (dict | Sampler, optional): the batch sampler to wrap, or its config;
+            by default torch's ``BatchSampler``. Defaults to None.
+        drop_last (bool): for the default batch sampler only. Defaults to False.
+        seed (int): the run's seed. Defaults to 0.
+
+    Example::
+
+        >>> bs = ResumableBatchSampler(DefaultSampler(dataset, seed=0), batch_size=2, seed=0)
+        >>> bs.start_at(5)  # the next epoch begins with its sixth batch
+    """
+
+    def __init__(self, sampler, batch_size: int, batch_sampler=None, drop_last: bool = False,
+                 seed: int = 0):
+        if batch_sampler is None:
+            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
+        elif isinstance(batch_sampler, dict):
+            batch_sampler = DATA_SAMPLERS.build(
+                batch_sampler, default_args=dict(sampler=sampler, batch_size=batch_size))
+        self.batch_sampler = batch_sampler
+        self.batch_size = batch_size
+        self.seed = int(seed)
+        self.rank = get_dist_info()[0]
+        self._start: Optional[int] = 0
+
+    @property
+    def sampler(self):
+        """The index sampler (MMEngine's ``DistSamplerSeedHook`` sets its epoch)."""
+        return self.batch_sampler.sampler
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def hold(self) -> None:
+        """Iterations yield nothing until :meth:`start_at` is called."""
+        self._start = None
+
+    def start_at(self, batch: int) -> None:
+        """Begin the next iteration with batch number ``batch`` (0 = from the start)."""
+        if batch < 0:
+            raise ValueError(f'start_at: batch must be >= 0, got {batch}')
+        self._start = int(batch)
+
+    def __iter__(self) -> Iterator[List[SampleIndex]]:
+        # The start is read when the first batch is drawn, not here: a DataLoader iterator
+        # calls iter() on its batch sampler twice when it is created.
+        if self._start is None:
+            return
+        start, self._start = self._start, 0
+        epoch = int(getattr(self.sampler, 'epoch', 0))
+        position = 0
+        for number, batch in enumerate(self.batch_sampler):
+            if number >= start:
+                yield [SampleIndex(index, derive_sample_seed(self.seed, epoch, self.rank,
+                                                             position + k))
+                       for k, index in enumerate(batch)]
+            position += len(batch)
+
+
+def _die_with_parent(parent_pid: int) -> bool:
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux); False where
+    that is not available."""
+    if not sys.platform.startswith('linux'):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+    return True
+
+
+_exit_guard_registered = False
+
+
+def _kill_daemon_children() -> None:
+    """At interpreter exit, before ``multiprocessing`` terminates daemonic children with
+    SIGTERM (which guarded workers ignore) and joins them: SIGKILL them instead."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # PyTorch's handler would raise for them
+    for child in multiprocessing.active_children():
+        if child.daemon:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(child.pid, signal.SIGKILL)
+
+
+def _register_exit_guard() -> None:
+    # Registered after multiprocessing's own exit function, so it runs first (LIFO).
+    global _exit_guard_registered
+    if not _exit_guard_registered:
+        atexit.register(_kill_daemon_children)
+        _exit_guard_registered = True
+
+
+@FUNCTIONS.register_module()
+def guard_data_worker(worker_id: int, seed: Optional[int] = None,
+                      num_workers: Optional[int] = None, rank: Optional[int] = None) -> None:
+    """``worker_init_fn`` for data-loader workers of long runs.
+
+    * The worker is killed by the kernel when its parent (the training process) dies, also
+      by SIGKILL, so it cannot linger as an orphan holding memory (Linux; elsewhere the
+      worker relies on PyTorch's own watchdog).
+    * Where that protection holds, SIGTERM and SIGUSR1 are ignored in the worker: schedulers
+      send them to every process, and a worker that died of them would crash the training
+      process before it could save a checkpoint (:class:`~cvt_mm.engine.hooks.PreemptionHook`).
+    * With ``seed`` given, the worker's generators are seeded as MMEngine's default
+      ``worker_init_fn`` does (``num_workers * rank + worker_id + seed``).
+
+    Args:
+        worker_id (int): passed by PyTorch.
+        seed (int, optional): the run's seed. Defaults to None (PyTorch's worker seeding).
+        num_workers (int, optional): workers per process, for the seeding. Defaults to None
+            (read from the worker info).
+        rank (int, optional): this process's rank, for the seeding. Defaults to None (read
+            from the distributed environment).
+    """
+    parent = multiprocessing.parent_process()
+    if parent is not None and _die_with_parent(parent.pid):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        signal.signal(signal.SIGUSR1, signal.SIG_IGN)
+    if seed is not None:
+        if num_workers is None:
+            num_workers = torch.utils.data.get_worker_info().num_workers
+        if rank is None:
+            rank = get_dist_info()[0]
+        mmengine_worker_init_fn(worker_id, num_workers, rank, seed)
+
+
+def _has_type(cfg, name: str) -> bool:
+    return isinstance(cfg, dict) and cfg.get('type') == name
+
+
+def resumable_dataloader_cfg(cfg: dict, seed: int) -> dict:
+    """A copy of a train dataloader config with the dataset wrapped in
+    :class:`SeededSampleDataset`, the batch sampler in :class:`ResumableBatchSampler` and
+    :func:`guard_data_worker` as ``worker_init_fn``; parts already wrapped are kept.
+
+    Args:
+        cfg (dict): the ``train_dataloader`` config.
+        seed (int): the run's seed (``runner.seed``).
+    """
+    cfg = {k: v for k, v in cfg.items()}
+    if not _has_type(cfg.get('dataset'), 'SeededSampleDataset'):
+        cfg['dataset'] = dict(type='SeededSampleDataset', dataset=cfg['dataset'])
+    batch_sampler = cfg.pop('batch_sampler', None)
+    if not _has_type(batch_sampler, 'ResumableBatchSampler'):
+        batch_sampler = dict(type='ResumableBatchSampler', batch_sampler=batch_sampler,
+                             drop_last=cfg.get('drop_last', False), seed=seed)
+    cfg.pop('drop_last', None)  # the batch sampler's business now
+    cfg['batch_sampler'] = batch_sampler
+    # Each new data iterator draws a number from this generator; from the global one, the
+    # draw would shift the training's random stream differently when a resumed run creates
+    # its persistent-worker iterator where the uninterrupted run only reset it.
+    cfg.setdefault('generator', torch.Generator().manual_seed(seed))
+    cfg.setdefault('worker_init_fn', guarded_worker_init_cfg(seed))
+    return cfg
+
+
+def guarded_worker_init_cfg(seed: Optional[int] = None) -> dict:
+    """The ``worker_init_fn`` config of :func:`guard_data_worker`; the process that builds the
+    dataloader kills such workers at exit (they ignore the SIGTERM Python would send)."""
+    _register_exit_guard()
+    return dict(type='guard_data_worker', seed=seed)
+
+
+def guard_dataloader_workers(cfg: Union[dict, None]) -> None:
+    """Give a dataloader config with workers :func:`guard_data_worker` (in place), unless it
+    has a ``worker_init_fn`` of its own."""
+    if cfg and cfg.get('num_workers', 0) and 'worker_init_fn' not in cfg:
+        cfg['worker_init_fn'] = guarded_worker_init_cfg()
