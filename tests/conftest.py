@@ -16,7 +16,7 @@ def tiny_data(tmp_path_factory):
     return make_tiny_data(str(tmp_path_factory.mktemp('data')))
 
 
-def _free_port() -> int:
+def free_port() -> int:
     with socket.socket() as s:
         s.bind(('127.0.0.1', 0))
         return s.getsockname()[1]
@@ -42,7 +42,7 @@ def dist_train(tiny_data, tmp_path_factory):
                                          osp.join(tiny_data, 'coco'), str(work),
                                          max_epochs=DIST_ITERATIONS)
             proc = run_tool(['dist_train.sh', config, '2'], timeout=600,
-                            env=dict(PORT=str(_free_port())))
+                            env=dict(PORT=str(free_port())))
             runs[base] = (config, work, proc)
         return runs[base]
 

@@ -78,14 +78,21 @@ def test_nothing_to_resume_is_said_plainly(tmp_path):
 # ----------------------------------------------------------------------------- exact resume
 def _exact_config(path, data, work):
     """UperNet CvT-13 (drop path 0.1: the forward draws random numbers), deterministic,
-    6 iterations, checkpoints every 2, validation at 4 (after the checkpoint the run is
-    killed after, before the next training iteration)."""
-    return seg_user_config(
-        str(path), data, str(work), max_iters=6,
+    6 iterations of MMSegmentation's iteration-based loop with its infinite sampler and two
+    persistent data workers (as the ADE20K configs load data), checkpoints every 2,
+    validation at 4 (after the checkpoint the run is killed after, before the next training
+    iteration)."""
+    base = seg_user_config(
+        str(path) + '.base.py', data, str(work), max_iters=6,
         randomness=dict(seed=0, deterministic=True),
         train_cfg=dict(type='IterBasedTrainLoop', max_iters=6, val_interval=4),
         default_hooks=dict(logger=dict(interval=1),
                            checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=2)))
+    with open(path, 'w') as f:
+        f.write(f"_base_ = {base!r}\n"
+                "train_dataloader = dict(num_workers=2, persistent_workers=True,\n"
+                "                        sampler=dict(type='InfiniteSampler', shuffle=True))\n")
+    return str(path)
 
 
 def _weights(path):
@@ -124,6 +131,8 @@ def test_a_killed_run_resumes_to_the_same_weights_bit_for_bit(killed_and_resumed
     root, log = killed_and_resumed
     assert f'--resume: resuming from {root}/b/iter_4.pth' in log
     assert 'Iter(train) [5/6]' in log and 'Iter(train) [4/6]' not in log
+    # The 4 batches already trained on are skipped by their indices, not loaded again.
+    assert 'Resuming at iteration 5: the indices of the 4 batches' in log
     uninterrupted, resumed = _weights(root / 'a' / 'iter_6.pth'), _weights(root / 'b' /
                                                                           'iter_6.pth')
     assert uninterrupted.keys() == resumed.keys()

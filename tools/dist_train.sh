@@ -22,10 +22,9 @@ if [ -z "${PYTHON:-}" ]; then
 fi
 
 if [ "$MAX_RESTARTS" -gt 0 ]; then
-    # Restarts need the c10d rendezvous: each round gets a fresh store (the static one keeps
-    # the failed attempt's keys, and the restarted workers hang in init_process_group), and
-    # it restarts every node together. Node ranks are then assigned by the rendezvous; the
-    # global ranks stay 0..N-1.
+    # The c10d rendezvous restarts every node together when a process on one of them fails
+    # (the static one restarts only the failed node). Node ranks are then assigned by the
+    # rendezvous; the global ranks stay 0..N-1.
     RENDEZVOUS=(--rdzv-backend=c10d --rdzv-endpoint="$MASTER_ADDR:$PORT"
                 --rdzv-id="${RDZV_ID:-${SLURM_JOB_ID:-cvt_mm}}")
 else

@@ -16,7 +16,9 @@ place in the run instead:
 * :func:`guard_data_worker` (a ``worker_init_fn``) makes each worker die with its parent
   process (Linux ``PR_SET_PDEATHSIG``), so a rank killed by SIGKILL leaves no orphaned workers
   holding memory, and leaves SIGTERM/SIGUSR1 to the main process (see
-  :class:`cvt_mm.engine.hooks.PreemptionHook`), which stops the workers itself.
+  :class:`cvt_mm.engine.preemption.PreemptionHook`), which stops the workers itself. Importing
+  this module registers :func:`kill_guarded_children` to run at interpreter exit, since
+  Python ends daemonic children with the SIGTERM such workers ignore.
 
 The training loops of :mod:`cvt_mm.engine.loops` install all three; nothing else is needed.
 
@@ -36,6 +38,7 @@ import atexit
 import contextlib
 import ctypes
 import multiprocessing
+import multiprocessing.util  # noqa: F401  (its exit function must be registered before ours)
 import os
 import random
 import signal
@@ -240,25 +243,31 @@ def _die_with_parent(parent_pid: int) -> bool:
     return True
 
 
-_exit_guard_registered = False
+def _ignores_sigterm(pid: int) -> bool:
+    """Whether process ``pid`` ignores SIGTERM (its ``SigIgn`` mask in /proc)."""
+    try:
+        with open(f'/proc/{pid}/status') as f:
+            mask = next(line.split()[1] for line in f if line.startswith('SigIgn:'))
+    except (OSError, StopIteration):
+        return False
+    return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
 
 
-def _kill_daemon_children() -> None:
-    """At interpreter exit, before ``multiprocessing`` terminates daemonic children with
-    SIGTERM (which guarded workers ignore) and joins them: SIGKILL them instead."""
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # PyTorch's handler would raise for them
-    for child in multiprocessing.active_children():
-        if child.daemon:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(child.pid, signal.SIGKILL)
+def kill_guarded_children() -> None:
+    """At interpreter exit ``multiprocessing`` ends daemonic children with SIGTERM and then
+    waits for them; guarded data workers ignore SIGTERM, so the exit would wait forever.
+    This runs first (registered later, atexit is LIFO) and SIGKILLs the daemonic children
+    that ignore SIGTERM; the others are left to ``multiprocessing``."""
+    stubborn = [c for c in multiprocessing.active_children()
+                if c.daemon and _ignores_sigterm(c.pid)]
+    if stubborn:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # PyTorch's handler would raise
+    for child in stubborn:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGKILL)
 
 
-def _register_exit_guard() -> None:
-    # Registered after multiprocessing's own exit function, so it runs first (LIFO).
-    global _exit_guard_registered
-    if not _exit_guard_registered:
-        atexit.register(_kill_daemon_children)
-        _exit_guard_registered = True
+atexit.register(kill_guarded_children)
 
 
 @FUNCTIONS.register_module()
@@ -326,9 +335,7 @@ def resumable_dataloader_cfg(cfg: dict, seed: int) -> dict:
 
 
 def guarded_worker_init_cfg(seed: Optional[int] = None) -> dict:
-    """The ``worker_init_fn`` config of :func:`guard_data_worker`; the process that builds the
-    dataloader kills such workers at exit (they ignore the SIGTERM Python would send)."""
-    _register_exit_guard()
+    """The ``worker_init_fn`` config of :func:`guard_data_worker`."""
     return dict(type='guard_data_worker', seed=seed)
 
 

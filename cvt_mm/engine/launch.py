@@ -11,17 +11,21 @@ SyncBN reverted to BN).
 import os
 import os.path as osp
 import re
+from datetime import timedelta
+from typing import Optional
 
 import torch
 import torch.distributed as torch_dist
 from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
+from torch.distributed.constants import default_pg_timeout
 
 from .data import guard_dataloader_workers
 
 __all__ = ['set_local_rank_env', 'load_config', 'check_dataset_paths', 'first_slurm_host',
-           'slurm_environment', 'prepare_distributed', 'prepare_training', 'choose_resume',
-           'finish_distributed', 'build_runner', 'guard_dataloader_workers']
+           'slurm_environment', 'init_process_group', 'prepare_distributed',
+           'prepare_training', 'choose_resume', 'finish_distributed', 'build_runner',
+           'guard_dataloader_workers']
 
 
 def set_local_rank_env(local_rank: int) -> None:
@@ -161,23 +165,60 @@ def slurm_environment(environ=None) -> dict:
                                                   else 29500))
 
 
+def init_process_group(backend: str, timeout: Optional[timedelta] = None) -> None:
+    """``torch.distributed.init_process_group`` from the ``env://`` variables; under torchrun,
+    in a store namespace of this attempt's own.
+
+    torchrun keeps one store for the whole job (its static rendezvous always, its c10d one by
+    default). After a restart, the new processes would find the failed attempt's keys in it,
+    and one that reads a dead peer's address waits in ``init_process_group`` until the
+    timeout (seen here: 13 minutes and counting). Prefixing the keys with the restart count
+    (``TORCHELASTIC_RESTART_COUNT``) gives every attempt a clean namespace.
+    """
+    timeout = timeout or default_pg_timeout
+    attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT')
+    if attempt is None:
+        torch_dist.init_process_group(backend=backend, timeout=timeout)
+        return
+    rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+    # The store is the agent's (clients only), unless torchrun was told not to share it;
+    # then rank 0 serves it, as env:// would.
+    serve = rank == 0 and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') != 'True'
+    store = torch_dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),
+                                world_size, is_master=serve, timeout=timeout,
+                                multi_tenant=serve)
+    torch_dist.init_process_group(
+        backend=backend, store=torch_dist.PrefixStore(f'cvt_mm/attempt_{attempt}', store),
+        rank=rank, world_size=world_size, timeout=timeout)
+
+
 def prepare_distributed(cfg, launcher: str) -> None:
     """Make ``--launcher`` work before the runner is built.
 
     ``slurm``: the torch.distributed environment is set from slurm's (:func:`slurm_environment`,
-    no ``scontrol`` needed). Without CUDA (``pytorch`` or ``slurm``): the process group is
-    started with gloo here (MMEngine then skips its own NCCL init) and the model is wrapped in
+    no ``scontrol`` needed). ``pytorch`` (torchrun): the process group is started here, so that
+    a restarted attempt cannot hang on the failed one's keys (:func:`init_process_group`);
+    MMEngine then skips its own init. Without CUDA (``pytorch`` or ``slurm``): the process
+    group uses gloo and the model is wrapped in
     :class:`~cvt_mm.engine.distributed.CPUDistributedDataParallel`.
     """
     if launcher == 'slurm':
         os.environ.update(slurm_environment())
-    if launcher == 'none' or torch.cuda.is_available():
+    if launcher == 'none':
+        return
+    dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
+    timeout = dist_cfg.get('timeout')
+    timeout = timedelta(seconds=timeout) if isinstance(timeout, (int, float)) else timeout
+    if torch.cuda.is_available():
+        if launcher == 'pytorch' and not torch_dist.is_initialized():
+            torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
+            init_process_group(dist_cfg.get('backend', 'nccl'), timeout)
         return
     if launcher not in ('pytorch', 'slurm'):
         raise ValueError(f'--launcher {launcher} needs GPUs; on a CPU-only machine use '
                          '--launcher pytorch (tools/dist_train.sh), slurm or none')
     if not torch_dist.is_initialized():
-        torch_dist.init_process_group(backend='gloo')
+        init_process_group('gloo', timeout)
     wrapper = cfg.get('model_wrapper_cfg') or ConfigDict(
         broadcast_buffers=False,
         find_unused_parameters=cfg.get('find_unused_parameters', False))
