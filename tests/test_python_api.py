@@ -256,3 +256,31 @@ def test_importing_cvt_mm_scopes_every_mmpretrain_inferencer():
     defining = [c for c in subclasses(BaseInferencer) if '_init_pipeline' in c.__dict__]
     assert 'ImageClassificationInferencer' in {c.__name__ for c in defining}
     assert all(getattr(c.__dict__['_init_pipeline'], '_cvt_mm_scoped', False) for c in defining)
+
+
+# --------------------------------------------------------------------------------------------
+# tools/misc/image_demo.py, built on the same inferencers
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize('config, checkpoint, upsample, says', [
+    ('mask_rcnn_cvt13_coco.py', 'mask_rcnn_cvt13_coco/epoch_12.pth', 2,
+     r'^10 detections with score >= 0.3 \(at most 10\) drawn at 2x to '),
+    ('imagenet_cvt13_300e_in1k.py', 'imagenet_cvt13_300e_in1k/epoch_300.pth', 3,
+     r"^(?P<name>.+) \(class (?P<label>\d+), score 0\.\d{3}\) drawn at 3x to "),
+], ids=['detection', 'classification'])
+def test_image_demo_draws_from_outside_the_checkout(user_dir, tmp_path, config, checkpoint,
+                                                    upsample, says):
+    """Our configs by absolute path, from the user's folder: detections pasted at twice the
+    image size (the inferencer's pipeline, cvt_mm.visualization's upsampling), and the
+    classifier's class (a config type the tool gained with the inferencers)."""
+    from cvt_mm.testing import run_tool
+    out = tmp_path / 'picture.jpg'
+    proc = run_tool(['misc/image_demo.py', 'demo.jpg', osp.join(ROOT, 'configs', config),
+                     osp.join('work_dirs', checkpoint), '--out-file', str(out),
+                     '--upsample', str(upsample)], cwd=str(user_dir))
+    said = re.search(says, proc.stdout, re.M)
+    assert said, proc.stdout[-2000:]
+    if 'label' in said.groupdict():
+        from mmpretrain.datasets.categories import IMAGENET_CATEGORIES
+        assert said['name'] == IMAGENET_CATEGORIES[int(said['label'])]
+    with Image.open(out) as picture:
+        assert picture.size == (IMAGE_WIDTH * upsample, IMAGE_HEIGHT * upsample)
