@@ -316,10 +316,14 @@ def test_inferencer_names_predictions_with_the_page_classes(runs, project, scope
     with DefaultScope.overwrite_default_scope(scope):
         if scope == 'mmdet':
             from mmdet.apis import DetInferencer
-            inferencer = DetInferencer(model=config, weights=str(checkpoint), device='cpu',
-                                       show_progress=False)
+            # Two iterations of training score every class low: keep every RoI's prediction,
+            # so that there are labels to check.
+            detector_cfg = Config.fromfile(config)
+            detector_cfg.model.test_cfg.rcnn.score_thr = 0.0
+            inferencer = DetInferencer(model=detector_cfg, weights=str(checkpoint),
+                                       device='cpu', show_progress=False)
             pred = inferencer(image)['predictions'][0]
-            assert all(0 <= label < len(classes) for label in pred['labels'])
+            assert pred['labels'] and all(0 <= label < len(classes) for label in pred['labels'])
             names = inferencer.model.dataset_meta['classes']
         elif scope == 'mmseg':
             from mmseg.apis import MMSegInferencer
@@ -459,3 +463,19 @@ def test_a_val_set_without_the_classes_is_refused(runs, project):
     assert re.search(r"the val dataset has the classes \('person', 'bicycle', .*\), the train "
                      r"dataset \('bolt', 'nut', 'washer'\): give both the same metainfo",
                      proc.stderr), proc.stderr[-3000:]
+
+
+def test_a_test_set_without_the_classes_stops_testing(runs, project):
+    """tools/test.py with the test set left at COCO's 80 classes: the checkpoint fits the
+    model, so only ClassesCheckHook can tell, and it does before the first image."""
+    config, cfg, checkpoint, _, _ = runs('mmdet')
+    options = shrink_options(cfg, 'mmdet') + ['test_dataloader.dataset.metainfo=None']
+    proc = run_tool(['test.py', config, str(checkpoint), '--work-dir',
+                     str(project / 'no_test_classes'), '--cfg-options', *options],
+                    cwd=str(project), expect_success=False)
+    assert proc.returncode != 0
+    assert ('model.roi_head.bbox_head.num_classes is 3 (Shared2FCBBoxHead), but the test '
+            'dataset has 80 classes: give it the classes the model was trained with '
+            '(metainfo=dict(classes=...)), or set model.roi_head.bbox_head.num_classes=80'
+            in proc.stderr), proc.stderr[-3000:]
+    assert 'coco/bbox_mAP' not in proc.stdout + proc.stderr

@@ -156,9 +156,13 @@ def head_problems(model, classes: tuple, split: str) -> list:
         # Configs give the data preprocessor at their top level (the runner hands it to the
         # model); a model.data_preprocessor entry would replace it, normalisation and all.
         key = name if name == 'data_preprocessor' else f'model.{name}'
+        fix = f'set {key}.num_classes={len(classes)}'
+        if split != 'train':
+            # Evaluating a trained model: more often the dataset lacks the model's classes.
+            fix = ('give it the classes the model was trained with '
+                   f'(metainfo=dict(classes=...)), or {fix}')
         problems.append(f'{key}.num_classes is {num_classes} ({type(module).__name__}), but the '
-                        f'{split} dataset has {len(classes)} classes: set {key}.num_classes='
-                        f'{len(classes)}')
+                        f'{split} dataset has {len(classes)} classes: {fix}')
     return problems
 
 
