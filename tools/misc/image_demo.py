@@ -102,6 +102,7 @@ def draw_detections(cfg, args) -> None:
 def draw_segmentation(cfg, args) -> None:
     from mmseg.apis import MMSegInferencer
     inferencer = MMSegInferencer(model=cfg, weights=args.checkpoint, device=args.device)
+    inferencer.show_progress = False  # one image: no progress bar in the tool's output
     check_fit(inferencer.model, args)
     # One image in, one RGB picture out (MMSegInferencer unwraps single-image lists).
     picture = inferencer(args.img, return_vis=True, opacity=args.opacity)['visualization']
@@ -111,7 +112,9 @@ def draw_segmentation(cfg, args) -> None:
 
 def draw_classification(cfg, args) -> None:
     from mmpretrain import ImageClassificationInferencer
+    from mmpretrain.utils import progress
     from mmpretrain.visualization import UniversalVisualizer
+    progress.disable_progress_bar = True  # MMPretrain's switch; one image needs no bar
     inferencer = ImageClassificationInferencer(model=cfg, pretrained=args.checkpoint,
                                                device=args.device)
     check_fit(inferencer.model, args)
