@@ -3,11 +3,12 @@
 Each config on the page is taken from the page's text and saved under the name the page gives
 it, in a project folder outside the checkout that has what the page assumes of the repository
 root: a ``configs`` folder (a link to ours) and the ImageNet weights ``init_cfg`` names under
-``checkpoints/`` (here random CvT-13 weights in a published-compatible layout, as there is no
-download). The data are written in the layout the page shows, at the paths the config itself
-names, with the config's classes (the shapes of ``tools/misc/make_demo_data.py``, renamed).
-Then ``tools/train.py`` and ``tools/test.py`` run from that folder as the page's commands do,
-with ``--cfg-options`` that only shrink images, batches and the schedule. What a run writes
+``checkpoints/`` (here random CvT-13 weights, in our layout, which the loader reads as it reads
+the published files; there is no download). The data are written in the layout the page
+shows, at the paths the config itself names, with the config's classes (the shapes of
+``tools/misc/make_demo_data.py``, renamed). Then ``tools/train.py`` and ``tools/test.py`` run
+from that folder as the page's commands do, with ``--cfg-options`` that only shrink images,
+batches and the schedule. What a run writes
 is checked: the checkpoint, its class names, the size of every head that classifies, the
 metrics, and the toolboxes' inferencers naming predictions with the page's classes.
 
