@@ -28,7 +28,7 @@ from mmengine.registry import DefaultScope, init_default_scope
 
 __all__ = ['load_config', 'build_model_from_config', 'synthetic_batch', 'task_of',
            'write_user_config', 'ROOT', 'CONFIGS', 'TOOLS', 'load_tool', 'run_tool',
-           'make_tiny_data', 'det_user_config', 'seg_user_config']
+           'make_tiny_data', 'det_user_config', 'seg_user_config', 'write_checkpoint']
 
 TASKS = ('mmdet', 'mmseg', 'mmpretrain')
 # The repository this package is installed from (editable), with its configs and tools.
@@ -180,6 +180,47 @@ def synthetic_batch(model, batch_size: int, height: int, width: int, seed: int =
         else:
             samples.append(_cls_sample(gen, num_classes))
     return dict(inputs=inputs, data_samples=samples)
+
+
+def write_checkpoint(config: Union[str, Config], path: str, seed: int = 0,
+                     state_dict: Optional[dict] = None) -> str:
+    """Write a checkpoint of the config's whole model as ``tools/train.py`` writes it for
+    loading: ``state_dict`` and ``meta.dataset_meta`` (the class names and palette the
+    toolboxes' inferencers name predictions with), here those of the config's test dataset
+    type (COCO's 80 classes, ADE20K's 150, ImageNet's 1000).
+
+    Args:
+        config (str | Config): config file, ``mmdet::...`` path or a loaded Config.
+        path (str): the ``.pth`` file to write (folders are made).
+        seed (int): the random weights depend on it alone. Defaults to 0.
+        state_dict (dict, optional): tensors that replace the random ones of the same names
+            (e.g. a classifier bias that makes the model predict something). Defaults to None.
+
+    Returns:
+        str: ``path``.
+
+    Example::
+
+        >>> write_checkpoint('configs/upernet_cvt13_ade20k.py', 'work_dirs/x/iter_1.pth')
+    """
+    cfg = load_config(config)
+    scope = task_of(cfg)
+    torch.manual_seed(seed)
+    model = build_model_from_config(cfg)
+    weights = model.state_dict()
+    for key, value in (state_dict or {}).items():
+        if key not in weights or weights[key].shape != value.shape:
+            raise KeyError(f'write_checkpoint: {key} {tuple(value.shape)} is not a tensor of '
+                           f'the model of that shape')
+        weights[key] = value
+    # The toolbox's own registry: it imports its datasets when first asked.
+    registry = importlib.import_module(f'{scope}.registry').DATASETS
+    with DefaultScope.overwrite_default_scope(scope):
+        dataset_type = registry.get(cfg.test_dataloader.dataset.type)
+    meta = {k.lower(): v for k, v in dataset_type.METAINFO.items() if k.lower() != 'categories'}
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    torch.save(dict(meta=dict(dataset_meta=meta), state_dict=weights), path)
+    return path
 
 
 # Classes of the shapes data that ``tools/misc/make_demo_data.py`` writes (COCO and ADE layouts).

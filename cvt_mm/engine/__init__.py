@@ -8,7 +8,8 @@
 * :mod:`.random_state`: every rank's random states saved and restored (``ExactResumeHook``);
 * :mod:`.preemption`: checkpoint and exit on SIGTERM/SIGUSR1, progress for restarts;
 * :mod:`.resume`: finding the checkpoint to continue from, restarts and requeues;
-* :mod:`.hooks`: stopping at the first non-finite loss;
+* :mod:`.hooks`: stopping at the first non-finite loss, or when model and data disagree on
+  the classes;
 * :mod:`.optim`: layer-wise learning-rate decay for detectors and segmentors;
 * :mod:`.launch`: what ``tools/train.py`` and ``tools/test.py`` do to a config and launcher.
 """
@@ -16,7 +17,7 @@ from . import data, distributed, fileio, hooks, loops, optim, preemption, random
 from .data import ResumableBatchSampler, SampleIndex, SeededSampleDataset, guard_data_worker
 from .distributed import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
 from .fileio import AtomicLocalBackend, write_atomically
-from .hooks import FiniteLossHook
+from .hooks import ClassesCheckHook, FiniteLossHook
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
 from .optim import BackboneLayerDecayOptimWrapperConstructor
 from .preemption import (
@@ -30,8 +31,9 @@ from .random_state import ExactResumeHook, RandomStateHook
 from .resume import find_resumable_checkpoint, restart_count
 
 __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'AtomicLocalBackend',
-           'write_atomically', 'FiniteLossHook', 'ExactResumeHook', 'RandomStateHook',
-           'PreemptionHook', 'HeartbeatHook', 'TrainingPreempted', 'PREEMPTED_EXIT_CODE',
+           'write_atomically', 'FiniteLossHook', 'ClassesCheckHook', 'ExactResumeHook',
+           'RandomStateHook', 'PreemptionHook', 'HeartbeatHook', 'TrainingPreempted',
+           'PREEMPTED_EXIT_CODE',
            'STOPPED_EXIT_CODE', 'find_resumable_checkpoint', 'restart_count',
            'ResumableBatchSampler', 'SampleIndex', 'SeededSampleDataset', 'guard_data_worker',
            'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop',

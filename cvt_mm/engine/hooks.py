@@ -1,6 +1,8 @@
 """Stopping at the first non-finite loss (:class:`FiniteLossHook`), a hook ``tools/train.py``
 adds to every training run; the others it adds live in :mod:`cvt_mm.engine.random_state` and
-:mod:`cvt_mm.engine.preemption` (:data:`cvt_mm.engine.launch.TRAINING_HOOKS`).
+:mod:`cvt_mm.engine.preemption` (:data:`cvt_mm.engine.launch.TRAINING_HOOKS`). And, opt-in,
+stopping at the start when the model and the data disagree on the classes
+(:class:`ClassesCheckHook`, which the configs of docs/custom_data.md enable).
 
 Example (a config that runs with another launcher than ``tools/train.py``)::
 
@@ -14,7 +16,8 @@ from mmengine.dist import all_reduce, get_world_size
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-__all__ = ['FiniteLossHook']
+__all__ = ['FiniteLossHook', 'ClassesCheckHook', 'classifying_heads', 'head_problems',
+           'data_problems']
 
 
 def _image_files(data_batch) -> list:
@@ -84,3 +87,186 @@ class FiniteLossHook(Hook):
             f'{runner.work_dir} is the last good one. Images of this batch: '
             f'{", ".join(self._files) or "(the batch names no files)"}. Check these files (a '
             'corrupt or NaN-producing decode), the learning rate and the loss weights.')
+
+
+# --------------------------------------------------------------------------------------------
+# The model and the data agree on the classes
+# --------------------------------------------------------------------------------------------
+def _leaf_datasets(dataset) -> list:
+    """The datasets under MMEngine's and the toolboxes' wrappers (Concat, Repeat,
+    ClassBalanced, MultiImageMix...)."""
+    if hasattr(dataset, 'datasets'):
+        return [leaf for d in dataset.datasets for leaf in _leaf_datasets(d)]
+    if hasattr(dataset, 'dataset'):
+        return _leaf_datasets(dataset.dataset)
+    return [dataset]
+
+
+def classifying_heads(model) -> list:
+    """``(name, module, num_classes)`` of every part of ``model`` whose ``num_classes`` must be
+    the dataset's number of classes.
+
+    Left out: the model itself (MMSegmentation's ``EncoderDecoder`` repeats its decode head's),
+    RPN heads (class-agnostic: object or not), parts with ``num_classes=0`` (our backbones'
+    classification stage switched off, as in every detection and segmentation config) and
+    parts whose ``num_classes`` is not an int (``LabelSmoothLoss``: None).
+    """
+    heads = []
+    for name, module in model.named_modules():
+        num_classes = getattr(module, 'num_classes', None)
+        if (not name or name.split('.')[-1] == 'rpn_head' or isinstance(num_classes, bool)
+                or not isinstance(num_classes, int) or num_classes == 0):
+            continue
+        heads.append((name, module, num_classes))
+    return heads
+
+
+def _coco_categories(dataset) -> list:
+    """Category names of a COCO-format annotation file, in the file's order."""
+    import json
+
+    from mmengine.fileio import get_local_path
+    with get_local_path(dataset.ann_file, backend_args=getattr(dataset, 'backend_args', None)) \
+            as path, open(path) as f:
+        return [category['name'] for category in json.load(f)['categories']]
+
+
+def _classes(dataset) -> tuple:
+    classes = (dataset.metainfo or {}).get('classes') or ()
+    return classes if isinstance(classes, str) else tuple(classes)
+
+
+def head_problems(model, classes: tuple, split: str) -> list:
+    """Heads of ``model`` whose ``num_classes`` is not ``len(classes)``, one sentence each.
+
+    Args:
+        model (nn.Module): the detector, segmentor or classifier (not a DDP wrapper).
+        classes (tuple[str]): the dataset's classes.
+        split (str): how to name the dataset, e.g. ``'train'``.
+
+    Returns:
+        list[str]: what to set, e.g. ``'model.roi_head.mask_head.num_classes is 80
+        (FCNMaskHead), but the train dataset has 3 classes: set
+        model.roi_head.mask_head.num_classes=3'``.
+    """
+    problems = []
+    for name, module, num_classes in classifying_heads(model):
+        if num_classes == len(classes):
+            continue
+        # Configs give the data preprocessor at their top level (the runner hands it to the
+        # model); a model.data_preprocessor entry would replace it, normalisation and all.
+        key = name if name == 'data_preprocessor' else f'model.{name}'
+        fix = f'set {key}.num_classes={len(classes)}'
+        if split != 'train':
+            # Evaluating a trained model: more often the dataset lacks the model's classes.
+            fix = ('give it the classes the model was trained with '
+                   f'(metainfo=dict(classes=...)), or {fix}')
+        problems.append(f'{key}.num_classes is {num_classes} ({type(module).__name__}), but the '
+                        f'{split} dataset has {len(classes)} classes: {fix}')
+    return problems
+
+
+def data_problems(dataset, split: str) -> list:
+    """Where the files of ``dataset`` would give its labels other classes' names, one sentence
+    each: classes that are not category names of a COCO-format annotation file or not in its
+    order (MMDetection numbers the file's categories in the file's order, so a missing name
+    drops a class and shifts the others, another order renames them), and classes that are
+    not an MMPretrain folder dataset's class folders in sorted order (MMPretrain numbers the
+    folders sorted and only checks their count).
+
+    Args:
+        dataset: a built dataset (wrappers are looked through).
+        split (str): how to name the dataset, e.g. ``'train'``.
+
+    Returns:
+        list[str]: the problems, with the ``classes`` to write.
+    """
+    classes = _classes(dataset)
+    problems = []
+    for leaf in _leaf_datasets(dataset):
+        # The file is read again only for classes of the user's own: a dataset type's default
+        # classes (COCO's 80) are its files' categories.
+        if hasattr(leaf, 'cat_ids') and getattr(leaf, 'ann_file', None) and \
+                classes != tuple(type(leaf).METAINFO.get('classes', ())):
+            in_file = _coco_categories(leaf)
+            missing = [c for c in classes if c not in in_file]
+            if missing:
+                problems.append(
+                    f'{", ".join(map(repr, missing))} of the {split} classes are not category '
+                    f'names of {leaf.ann_file}, whose categories are {tuple(in_file)}')
+            elif [c for c in in_file if c in classes] != list(classes):
+                problems.append(
+                    f"the {split} classes are not in the order of {leaf.ann_file}'s "
+                    "categories, and MMDetection numbers them in the file's order: write "
+                    f'classes={tuple(c for c in in_file if c in classes)}')
+        folder_to_idx = getattr(leaf, 'folder_to_idx', None)
+        if folder_to_idx:
+            folders = tuple(sorted(folder_to_idx, key=folder_to_idx.get))
+            if folders != classes:
+                problems.append(
+                    f'the {split} classes {classes} are not the class folders of '
+                    f'{leaf.img_prefix} in sorted order {folders}: label i is the i-th '
+                    f'folder, so write classes={folders} (or leave classes out to take them)')
+    return problems
+
+
+@HOOKS.register_module()
+class ClassesCheckHook(Hook):
+    """Stop at the start of training or testing when the model and the data disagree on the
+    classes, with what to change.
+
+    A user's dataset has its own classes, and every head that classifies must know their
+    number: Mask R-CNN's ``bbox_head`` and ``mask_head`` (not the class-agnostic RPN),
+    RetinaNet's ``bbox_head``, UperNet's ``decode_head`` and ``auxiliary_head``, the classifier's
+    backbone logits (``out_type='logits'``) and MMPretrain's ``data_preprocessor``. A head left
+    at COCO's 80 or ADE20K's 150 trains without an error; a box or decode head then predicts
+    classes that do not exist, which COCO evaluation cannot score at all (no metrics, one
+    logged error) and mIoU counts as misses, after the whole run. This hook also checks that
+    the classes are category names of a COCO-format annotation file, in the file's order, and
+    that they are the class folders, sorted, of an MMPretrain folder dataset: otherwise labels
+    get other classes' names (MMDetection and MMPretrain do not check either).
+
+    Checked before training (the train and val datasets) and before testing (the test
+    dataset); raises ``ValueError`` listing every disagreement. MMDetection's
+    ``NumClassCheckHook`` cannot be used with our backbones: it also checks the backbone's
+    ``num_classes``, which is 0 in detection configs.
+
+    Example::
+
+        custom_hooks = [dict(type='ClassesCheckHook')]
+    """
+    priority = 'VERY_HIGH'
+
+    def before_train(self, runner) -> None:
+        self._check(runner, [('train', runner.train_dataloader),
+                             ('val', runner.val_loop.dataloader if runner.val_loop else None)])
+
+    def before_test(self, runner) -> None:
+        self._check(runner, [('test', runner.test_loop.dataloader)])
+
+    def _check(self, runner, loaders) -> None:
+        model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+        problems, reference = [], None
+        for split, loader in loaders:
+            if loader is None:
+                continue
+            classes = _classes(loader.dataset)
+            if not classes:
+                continue  # a dataset without class names: nothing to check against
+            if isinstance(classes, str):
+                problems.append(f"the {split} dataset's classes is the string {classes!r}: "
+                                f'write classes=({classes!r}, ) for one class')
+                continue
+            if reference is None:
+                reference = split, classes
+                problems += head_problems(model, classes, split)
+            elif classes != reference[1]:
+                problems.append(f'the {split} dataset has the classes {classes}, the '
+                                f'{reference[0]} dataset {reference[1]}: give both the same '
+                                'metainfo=dict(classes=...)')
+            problems += data_problems(loader.dataset, split)
+        if problems:
+            raise ValueError('the model and the data disagree on the classes:\n  - '
+                             + '\n  - '.join(problems)
+                             + '\n(every head that classifies needs len(classes); '
+                             'docs/custom_data.md)')

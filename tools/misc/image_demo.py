@@ -1,9 +1,17 @@
-"""Draw a trained detector's or segmentor's prediction on any image.
+"""Draw a trained detector's, segmentor's or classifier's prediction on any image.
 
     python tools/misc/image_demo.py IMAGE CONFIG CHECKPOINT --out-file out.jpg
 
 A detection config (``default_scope='mmdet'``) gives boxes, masks and labels; a segmentation
-config (``default_scope='mmseg'``) gives the class map blended over the image.
+config (``default_scope='mmseg'``) gives the class map blended over the image; a classification
+config (``default_scope='mmpretrain'``) gives the predicted class and its score.
+
+The model, its checkpoint, class names, palette and test pipeline come from the toolboxes'
+inferencers (``DetInferencer``, ``MMSegInferencer``, ``ImageClassificationInferencer``), as in
+docs/python_api.md. What this tool adds: it refuses a checkpoint that does not fit the config
+(the inferencers load what fits and warn), writes one picture to ``--out-file``, and draws
+detections at a multiple of the image size with larger labels and only the best boxes, where
+the inferencer draws at the image's size (``cvt_mm.visualization``).
 """
 import argparse
 import os
@@ -20,7 +28,7 @@ from cvt_mm.weights import checkpoint_misfit
 def parse_args(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
     parser.add_argument('img', help='image file')
-    parser.add_argument('config', help='config file (detection or segmentation)')
+    parser.add_argument('config', help='config file (detection, segmentation or classification)')
     parser.add_argument('checkpoint', help='checkpoint file')
     parser.add_argument('--out-file', default='demo_result.jpg', help='picture to write')
     parser.add_argument('--font-scale', type=float, default=1.0,
@@ -32,8 +40,9 @@ def parse_args(argv=None):
     parser.add_argument('--max-per-image', type=int, default=10,
                         help='detection: draw at most this many boxes (the best)')
     parser.add_argument('--upsample', type=int, default=1,
-                        help='detection: draw at this multiple of the image size (the model '
-                        'still sees the image as the test pipeline makes it)')
+                        help='detection and classification: draw at this multiple of the '
+                        'image size (the model still sees the image as the test pipeline '
+                        'makes it)')
     parser.add_argument('--opacity', type=float, default=0.5,
                         help='segmentation: opacity of the class colours')
     parser.add_argument('--cfg-options', nargs='+', action=DictAction,
@@ -70,20 +79,17 @@ def check_fit(model, args) -> None:
 
 
 def draw_detections(cfg, args) -> None:
-    from mmcv.transforms import Compose
-    from mmdet.apis import init_detector
-    from mmdet.registry import VISUALIZERS
-    from mmdet.utils import get_test_pipeline_cfg
-    model = init_detector(cfg, args.checkpoint, device=args.device)
-    check_fit(model, args)
-    # The test pipeline without its annotation loading: a user's image has none.
-    pipeline = [t for t in get_test_pipeline_cfg(model.cfg) if t['type'] != 'LoadAnnotations']
-    data = Compose(pipeline)(dict(img_path=args.img, img_id=0))
-    result = predict_upsampled(model, data, args.upsample)
+    from mmdet.apis import DetInferencer
+    inferencer = DetInferencer(model=cfg, weights=args.checkpoint, device=args.device,
+                               show_progress=False)
+    check_fit(inferencer.model, args)
+    # The inferencer's test pipeline (it loads the image from the path; the config's
+    # annotation loading finds none), run here so that the prediction can be pasted larger.
+    data = inferencer.pipeline(args.img)
+    result = predict_upsampled(inferencer.model, data, args.upsample)
     result.pred_instances = best_predictions(result.pred_instances, args.score_thr,
                                              args.max_per_image)
-    visualizer = VISUALIZERS.build(model.cfg.visualizer)
-    visualizer.dataset_meta = model.dataset_meta
+    visualizer = inferencer.visualizer  # the config's, with the checkpoint's classes
     enlarge_labels(visualizer, args.font_scale)
     image = mmcv.imread(args.img, channel_order='rgb')
     image = mmcv.imrescale(image, args.upsample, interpolation='bicubic')
@@ -94,13 +100,37 @@ def draw_detections(cfg, args) -> None:
 
 
 def draw_segmentation(cfg, args) -> None:
-    from mmseg.apis import inference_model, init_model, show_result_pyplot
-    model = init_model(cfg, args.checkpoint, device=args.device)
-    check_fit(model, args)
-    result = inference_model(model, args.img)
-    show_result_pyplot(model, args.img, result, opacity=args.opacity, show=False,
-                       draw_gt=False, out_file=args.out_file)
+    from mmseg.apis import MMSegInferencer
+    inferencer = MMSegInferencer(model=cfg, weights=args.checkpoint, device=args.device)
+    inferencer.show_progress = False  # one image: no progress bar in the tool's output
+    check_fit(inferencer.model, args)
+    # One image in, one RGB picture out (MMSegInferencer unwraps single-image lists).
+    picture = inferencer(args.img, return_vis=True, opacity=args.opacity)['visualization']
+    mmcv.imwrite(mmcv.rgb2bgr(picture), args.out_file)
     print(f'segmentation drawn to {args.out_file}')
+
+
+def draw_classification(cfg, args) -> None:
+    from mmpretrain import ImageClassificationInferencer
+    from mmpretrain.utils import progress
+    from mmpretrain.visualization import UniversalVisualizer
+    progress.disable_progress_bar = True  # MMPretrain's switch; one image needs no bar
+    inferencer = ImageClassificationInferencer(model=cfg, pretrained=args.checkpoint,
+                                               device=args.device)
+    check_fit(inferencer.model, args)
+    (sample, ) = inferencer(args.img, return_datasamples=True)
+    label = int(sample.pred_label[0])
+    name = inferencer.classes[label] if inferencer.classes else str(label)
+    # What the inferencer's own visualize() draws, into --out-file instead of a folder.
+    UniversalVisualizer().visualize_cls(
+        mmcv.imread(args.img, channel_order='rgb'), sample, classes=inferencer.classes,
+        rescale_factor=args.upsample if args.upsample > 1 else None, out_file=args.out_file)
+    print(f'{name} (class {label}, score {float(sample.pred_score[label]):.3f}) drawn at '
+          f'{args.upsample}x to {args.out_file}')
+
+
+DRAW = {'mmdet': draw_detections, 'mmseg': draw_segmentation,
+        'mmpretrain': draw_classification}
 
 
 def main(argv=None):
@@ -111,14 +141,11 @@ def main(argv=None):
     out_dir = osp.dirname(osp.abspath(args.out_file))
     os.makedirs(out_dir, exist_ok=True)
     scope = cfg.get('default_scope')
-    if scope == 'mmdet':
-        draw_detections(cfg, args)
-    elif scope == 'mmseg':
-        draw_segmentation(cfg, args)
-    else:
+    if scope not in DRAW:
         raise ValueError(f'{args.config}: default_scope {scope!r} is not supported; '
-                         "image_demo.py draws 'mmdet' (detection) and 'mmseg' (segmentation) "
-                         'configs')
+                         "image_demo.py draws 'mmdet' (detection), 'mmseg' (segmentation) and "
+                         "'mmpretrain' (classification) configs")
+    DRAW[scope](cfg, args)
 
 
 if __name__ == '__main__':
