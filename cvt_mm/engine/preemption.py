@@ -134,14 +134,16 @@ class PreemptionHook(Hook):
             sys.stderr.write(f'[cvt_mm] {name} during the preemption checkpoint: ignored, '
                              'the save continues\n')
 
-    def before_train(self, runner) -> None:
+    def before_run(self, runner) -> None:
+        # Before the checkpoint is loaded and the data workers start: a signal from then on
+        # is answered at the first iteration boundary.
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be installed from the main thread
         for name in self.signals:
             signum = getattr(signal, name)
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
-    def after_train(self, runner) -> None:
+    def after_run(self, runner) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
         self._previous.clear()
@@ -214,7 +216,7 @@ class PreemptionHook(Hook):
             if not _timed(torch_dist.barrier, self.save_timeout):
                 self._give_up(runner, 'rank 0 did not finish the checkpoint')
             torch_dist.destroy_process_group()
-        self.after_train(runner)
+        self.after_run(runner)
         raise TrainingPreempted(path, signal_name)
 
 
