@@ -5,7 +5,7 @@ import socket
 
 import pytest
 
-from cvt_mm.testing import det_user_config, make_tiny_data, run_tool, seg_user_config
+from helpers import det_user_config, make_tiny_data, run_tool, seg_user_config
 
 # Iterations of each distributed run: DDP's bookkeeping breaks on the second one, so run more.
 DIST_ITERATIONS = 3

@@ -12,10 +12,11 @@ import torch.nn.functional as F
 
 import cvt_mm  # noqa: F401
 from cvt_mm.flops import count_flops
+from cvt_mm.models.attention import sdpa_attention
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
-from cvt_mm.models.layers import sdpa_attention
-from cvt_mm.testing import TOOLS, load_tool
+
+from helpers import TOOLS, load_tool
 
 REPO = os.path.dirname(TOOLS)
 
@@ -75,7 +76,7 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     small = ("dict(type='CMT', arch=dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8],"
              " depths=[1, 1, 1, 1], stem_channels=8, fc_channels=32), pretrain_img_size=64)")
     out = tmp_path / 'bench.json'
-    proc = run_tool('tools/analysis_tools/benchmark_backbone.py', '--model', small,
+    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model', small,
                     '--sizes', '64x96',
                     '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
                     '--profile', '4', '--json', str(out))
@@ -86,7 +87,7 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     assert infer['gflop'] < train['fwd_gflop'] < 1.05 * infer['gflop']
     assert 2.5 < train['gflop'] / infer['gflop'] < 3.5  # backward ~ twice the forward
     assert infer['bwd_s'] is None and train['bwd_s'] > 0
-    assert train['peak_rss_mib'] >= train['model_rss_mib'] > 0
+    assert train['peak_gib'] >= train['model_gib'] > 0
     assert 'convolution_backward' in train['profile_backward']
     assert 'top operators, forward' in proc.stdout and '64x96' in proc.stdout
 
@@ -94,14 +95,14 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
 @pytest.mark.slow
 def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
     out = tmp_path / 'iter.json'
-    proc = run_tool('tools/analysis_tools/benchmark_train_iter.py', '--models', 'cmt_s', 'swin_t',
-                    '--size', '128', '160', '--iters', '1', '--profile', '3',
+    proc = run_tool('tools/analysis_tools/benchmark.py', 'train-iter', '--models', 'cmt_s',
+                    'swin_t', '--size', '128', '160', '--iters', '1', '--profile', '3',
                     '--json', str(out))
     results = json.loads(out.read_text())['results']
     cmt, swin = results['cmt_s'], results['swin_t']
     for r in (cmt, swin):
         assert r['gflop'] > 0 and r['fwd_s'] > 0 and r['bwd_s'] > 0
-        assert r['peak_rss_gib'] > 0 and torch.isfinite(torch.tensor(r['loss']))
+        assert r['peak_gib'] > 0 and torch.isfinite(torch.tensor(r['loss']))
     assert cmt['time_ratio'] == pytest.approx(cmt['wall_s'] / swin['wall_s'])
     assert cmt['work_ratio'] == pytest.approx(cmt['gflop'] / swin['gflop'])
     assert 'Mask R-CNN CMT-S: top operators, backward' in proc.stdout
@@ -124,6 +125,22 @@ def test_get_flops_counts_whole_models_of_each_kind(config, capsys):
     if 'imagenet' not in config:  # a classifier's backbone holds its head; others add heads
         assert flops > backbone
     assert 'Input shape: (128, 160)' in out
+
+
+@pytest.mark.slow
+def test_classification_steps_and_the_former_tool_names(tmp_path):
+    """``cls-step`` times a classifier's train_step; the three former benchmark tools are
+    the same command under their old names and flags."""
+    proc = run_tool('tools/analysis_tools/benchmark_cls_iter.py',
+                    'configs/imagenet_cvt13_300e_in1k.py', '--batch-size', '2', '--size', '64',
+                    '--warmup', '0', '--iters', '1')
+    line = re.search(r'imagenet_cvt13_300e_in1k.py: batch 2 x 64x64: ([\d.]+) s/iter .*'
+                     r'last loss ([\d.]+); peak ([\d.]+) GiB', proc.stdout)
+    assert line and float(line.group(1)) > 0 and float(line.group(3)) > 0, proc.stdout
+    for name, command in (('benchmark_backbone', 'backbone'),
+                          ('benchmark_train_iter', 'train-iter')):
+        usage = run_tool(f'tools/analysis_tools/{name}.py', '--help').stdout
+        assert f'benchmark.py {command}' in usage
 
 
 def test_get_flops_rejects_a_bad_shape():

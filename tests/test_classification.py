@@ -18,10 +18,11 @@ from mmengine.runner import load_checkpoint
 from PIL import Image
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT, allow-lists MMEngine checkpoint types)
+from cvt_mm.checkpoint import CheckpointError, convert_checkpoint, read_checkpoint
 from cvt_mm.models.cmt import ARCH_SETTINGS as CMT_ARCHS
 from cvt_mm.models.cvt import CvT
-from cvt_mm.testing import load_tool
-from cvt_mm.weights import CheckpointError, read_checkpoint
+
+from helpers import load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -291,7 +292,7 @@ def test_pretrained_classifier_initialises_dense_model(trained, tmp_path, run, c
 
 def test_extract_backbone_writes_a_clean_checkpoint(trained, tmp_path):
     src = osp.join(trained['imagenet_cmt_ti_800e_in1k.py'], 'epoch_1.pth')
-    summary = extract_tool.extract_backbone(src, str(tmp_path / 'cmt.pth'))
+    summary = convert_checkpoint(src, str(tmp_path / 'cmt.pth'))
     assert summary['family'] == 'cmt' and summary['source_format'] == 'cmt-ours'
     out = torch.load(tmp_path / 'cmt.pth', weights_only=True)
     assert set(out) == {'state_dict', 'meta'}  # no optimizer, message hub or schedulers

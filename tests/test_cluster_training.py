@@ -12,11 +12,12 @@ import time
 
 import pytest
 import torch
-from conftest import free_port
 
+from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import PREEMPTED_EXIT_CODE
-from cvt_mm.testing import ROOT, TOOLS, det_user_config, load_tool, seg_user_config
-from cvt_mm.weights import read_checkpoint
+
+from conftest import free_port
+from helpers import ROOT, TOOLS, det_user_config, load_tool, seg_user_config
 
 pytestmark = pytest.mark.slow
 

@@ -29,7 +29,8 @@ from cvt_mm.engine.data import (
 from cvt_mm.engine.launch import first_slurm_host, prepare_training, slurm_environment
 from cvt_mm.engine.preemption import STOPPED_EXIT_CODE, PreemptionHook
 from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
-from cvt_mm.testing import ROOT
+
+from helpers import ROOT
 
 
 class RandomDataset:

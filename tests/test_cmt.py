@@ -11,9 +11,11 @@ import torch
 import torch.nn.functional as F
 
 import cvt_mm  # noqa: F401  (registers CMT)
-from cvt_mm.models.cmt import CMT, resize_relative_pos
-from cvt_mm.testing import load_tool
-from cvt_mm.weights import CheckpointError
+from cvt_mm.checkpoint import CheckpointError
+from cvt_mm.models.cmt import CMT
+from cvt_mm.models.matrix_resize import resize_relative_pos
+
+from helpers import load_tool
 
 convert_weights = load_tool('model_converters/convert_weights')
 

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from cvt_mm.testing import ROOT, load_tool, run_tool
+from helpers import ROOT, load_tool, run_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -148,10 +148,10 @@ def test_tensorboard_on_the_command_line(tmp_path):
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import VISUALIZERS
     train_tool = load_tool('train')
-    from cvt_mm.engine.launch import load_config
+    from cvt_mm.engine.launch import config_from_args
     args = train_tool.parse_args([CLS_CONFIG, '--cfg-options',
                                   'visualizer.vis_backends.0.type=TensorboardVisBackend'])
-    cfg = load_config(args)
+    cfg = config_from_args(args)
     assert cfg.visualizer.vis_backends == [dict(type='TensorboardVisBackend')]
     init_default_scope('mmpretrain')
     visualizer = VISUALIZERS.build(dict(cfg.visualizer, name='curves_cli_check',

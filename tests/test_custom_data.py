@@ -31,7 +31,8 @@ from PIL import Image
 
 import cvt_mm  # noqa: F401  (registers the backbones and ClassesCheckHook)
 from cvt_mm.engine.hooks import classifying_heads, data_problems, head_problems
-from cvt_mm.testing import ROOT, build_model_from_config, load_tool, run_tool
+
+from helpers import ROOT, build_model_from_config, load_tool, run_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

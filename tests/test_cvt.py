@@ -13,9 +13,10 @@ import torch.nn.functional as F
 from safetensors.torch import save_file
 
 import cvt_mm  # noqa: F401  (registers CvT)
+from cvt_mm.checkpoint import CheckpointError
 from cvt_mm.models.cvt import CvT
-from cvt_mm.testing import load_tool
-from cvt_mm.weights import CheckpointError
+
+from helpers import load_tool
 
 TINY = dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 1, 2])
 

@@ -12,7 +12,7 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
-from cvt_mm.testing import CONFIGS, SHAPES, load_tool, run_tool
+from helpers import CONFIGS, SHAPES, load_tool, run_tool
 
 PRETRAIN = osp.join(CONFIGS, 'demo', 'imagenet_cvt13_demo.py')
 DETECT = osp.join(CONFIGS, 'demo', 'mask_rcnn_cvt13_demo.py')

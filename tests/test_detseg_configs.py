@@ -11,7 +11,8 @@ from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
-from cvt_mm.testing import CONFIGS
+
+from helpers import CONFIGS
 
 
 @functools.lru_cache(maxsize=None)
@@ -156,7 +157,7 @@ def _unscoped(value):
 def test_retinanet_is_mmdetections_1x_config_with_our_backbone_and_schedule(name):
     """Everything but the backbone, the FPN inputs and the optimiser recipe (shared with the
     Mask R-CNN configs through _base_/schedules/adamw_1x.py) is MMDetection's RetinaNet 1x."""
-    from cvt_mm.testing import load_config
+    from helpers import load_config
     ours, theirs = load(osp.join(CONFIGS, name)), load_config(
         'mmdet::retinanet/retinanet_r50_fpn_1x_coco.py')
     mask_rcnn = load(osp.join(CONFIGS, 'mask_rcnn_cvt13_coco.py'))
@@ -231,7 +232,7 @@ def test_missing_pretrained_file_says_what_and_where(name, tmp_path, monkeypatch
     it and how to convert it."""
     from mmengine.registry import MODELS
 
-    from cvt_mm.weights import CheckpointError
+    from cvt_mm.checkpoint import CheckpointError
     monkeypatch.chdir(tmp_path)  # the configs' checkpoints/ paths are relative
     cfg = load(osp.join(CONFIGS, name))
     backbone = MODELS.build(cfg.model.backbone)

@@ -6,9 +6,9 @@ import pickle
 import re
 
 import pytest
-from conftest import DIST_ITERATIONS
 
-from cvt_mm.testing import run_tool, seg_user_config
+from conftest import DIST_ITERATIONS
+from helpers import run_tool, seg_user_config
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -87,7 +87,7 @@ def test_image_demo_writes_a_picture(task, det_run, seg_run, tiny_data, tmp_path
     (b'<html>not an image</html>', r'cannot decode .* as an image'),
 ])
 def test_image_demo_rejects_files_that_are_not_images(tmp_path, content, message):
-    from cvt_mm.testing import load_tool
+    from helpers import load_tool
     image = tmp_path / 'photo.jpg'
     image.write_bytes(content)
     with pytest.raises(ValueError, match=message):
@@ -98,7 +98,7 @@ def test_image_demo_rejects_files_that_are_not_images(tmp_path, content, message
 def misfits(det_run, tiny_data, tmp_path_factory):
     """What users pass by mistake: the 3-class checkpoint with a 5-class config, and a
     backbone-only file with the right config."""
-    from cvt_mm.testing import det_user_config
+    from helpers import det_user_config
     config, checkpoint, _ = det_run
     root = tmp_path_factory.mktemp('misfits')
     five = det_user_config(str(root / 'five.py'), 'mask_rcnn_cvt13_coco.py',

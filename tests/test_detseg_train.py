@@ -8,7 +8,8 @@ from mmengine.config import Config
 from mmengine.runner import Runner
 
 import cvt_mm  # noqa: F401
-from cvt_mm.testing import det_user_config, seg_user_config
+
+from helpers import det_user_config, seg_user_config
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

@@ -8,7 +8,6 @@ import re
 
 import pytest
 import torch
-from conftest import DIST_ITERATIONS
 from mmengine.config import Config
 from mmengine.logging import MMLogger
 from torch.nn.modules.batchnorm import SyncBatchNorm, _BatchNorm
@@ -16,7 +15,9 @@ from torch.nn.modules.batchnorm import SyncBatchNorm, _BatchNorm
 import cvt_mm  # noqa: F401
 from cvt_mm.engine.distributed import revert_sync_batchnorm_for_cpu
 from cvt_mm.models import CMT, CvT
-from cvt_mm.testing import build_model_from_config, synthetic_batch
+
+from conftest import DIST_ITERATIONS
+from helpers import build_model_from_config, synthetic_batch
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

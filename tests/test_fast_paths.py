@@ -5,9 +5,9 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 import cvt_mm  # noqa: F401  (registers the backbones)
+from cvt_mm.models.attention import BiasGradAttention, reference_attention, sdpa_attention
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
-from cvt_mm.models.layers import BiasGradAttention, reference_attention, sdpa_attention
 
 FUSED_CPU = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 MATH = 'aten::_scaled_dot_product_attention_math'

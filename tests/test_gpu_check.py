@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from cvt_mm.testing import load_tool
+from helpers import load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

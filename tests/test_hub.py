@@ -19,10 +19,10 @@ import pytest
 import torch
 
 import cvt_mm  # noqa: F401  (registers the backbones and the http(s) checkpoint loader)
-from cvt_mm import hub, weights
-from cvt_mm.hub import DownloadError, cache_name, cached_download
+from cvt_mm import checkpoint as weights
+from cvt_mm.checkpoint import CheckpointError, read_checkpoint
+from cvt_mm.checkpoint.hub import DownloadError, cache_name, cached_download
 from cvt_mm.models import CMT
-from cvt_mm.weights import CheckpointError, read_checkpoint
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 TINY_CMT = dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1])
@@ -200,7 +200,7 @@ def test_mmengine_load_checkpoint_and_load_from_with_a_url(server, cache, tiny_c
     server.files['/w/epoch_12.pth'] = _bytes({'state_dict': source.state_dict(),
                                               'meta': {'epoch': 12}})
     url = server.base + '/w/epoch_12.pth'
-    assert CheckpointLoader._get_checkpoint_loader(url) is hub.load_from_http
+    assert CheckpointLoader._get_checkpoint_loader(url) is weights.load_from_http
 
     model = _Detector()
     ckpt = load_checkpoint(model, url, map_location='cpu')
@@ -239,7 +239,7 @@ def test_other_url_schemes_still_say_what_to_do():
 # ----------------------------------------------------------------------------- the tool
 @pytest.fixture(scope='module')
 def tool():
-    from cvt_mm.testing import load_tool
+    from helpers import load_tool
     return load_tool('misc/download_checkpoints')
 
 

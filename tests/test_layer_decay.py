@@ -10,7 +10,8 @@ from mmengine.registry import DefaultScope
 import cvt_mm  # noqa: F401
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
-from cvt_mm.testing import build_model_from_config
+
+from helpers import build_model_from_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 

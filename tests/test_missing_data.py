@@ -1,11 +1,11 @@
 """The headline commands on a machine without the datasets: one message at the end naming the
-missing paths, the expected layout, where the README describes it and how to point elsewhere
--- instead of the config dump and a traceback."""
+missing paths, the expected layout, the page of the docs that describes it and how to point
+elsewhere -- instead of the config dump and a traceback."""
 import os.path as osp
 
 import pytest
 
-from cvt_mm.testing import load_tool
+from helpers import load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -38,7 +38,7 @@ def test_missing_dataset_says_where_and_how(tmp_path, monkeypatch, capsys, tool,
     message, printed = run_tool_main(tool, args, tmp_path, monkeypatch, capsys)
     # SystemExit(message): Python prints it to stderr, as the last lines, and exits with 1.
     assert isinstance(message, str) and message.startswith('error: the data of'), message
-    assert missing in message and layout in message and 'README.md' in message, message
+    assert missing in message and layout in message and 'docs/' in message, message
     assert '--cfg-options' in message and 'dataset.data_root=' in message, message
     assert 'model = dict(' not in printed  # no config dump before it
 

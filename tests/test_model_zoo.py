@@ -9,7 +9,9 @@ import pytest
 from modelindex.load_model_index import load
 
 import cvt_mm  # noqa: F401
-from cvt_mm.testing import load_tool
+from cvt_mm.flops import get_flops
+
+from helpers import load_tool
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 flops_table = load_tool('analysis_tools/flops_table')
@@ -97,7 +99,7 @@ def test_flops_table_row_is_get_flops_and_the_committed_row(capsys, docs_table):
     rows = flops_table.parse_table('\n'.join(
         [flops_table.TABLE_MARKERS[0], capsys.readouterr().out, flops_table.TABLE_MARKERS[1]]))
     row = rows[config]
-    r = flops_table.get_flops_tool.get_flops(osp.join(ROOT, config), (160, 160), mmcv=True)
+    r = get_flops(osp.join(ROOT, config), (160, 160), mmcv=True)
     assert row['input (H×W)'] == '160×160'
     assert float(row['GFLOPs (ours)']) == pytest.approx(r['flops'], abs=0.005)
     assert float(row['GFLOPs (mmcv counter)']) == pytest.approx(r['mmcv_flops'], abs=0.005)

@@ -18,15 +18,11 @@ import pytest
 import torch
 
 import cvt_mm  # noqa: F401  (registers the backbones)
-from cvt_mm.models.cmt import (
-    ARCH_DEFAULTS,
-    CMT,
-    bicubic_matrix,
-    graph_bicubic_matrix,
-    pad_to_multiple,
-)
+from cvt_mm.models.cmt import ARCH_DEFAULTS, CMT, pad_to_multiple
 from cvt_mm.models.cvt import CvT
-from cvt_mm.testing import load_tool
+from cvt_mm.models.matrix_resize import bicubic_matrix, graph_bicubic_matrix
+
+from helpers import load_tool
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 MISSING = [m for m in ('onnx', 'onnxscript', 'onnxruntime') if importlib.util.find_spec(m) is None]

@@ -22,7 +22,7 @@ import pytest
 import torch
 from PIL import Image
 
-from cvt_mm.testing import ROOT, make_tiny_data, write_checkpoint
+from helpers import ROOT, make_tiny_data, write_checkpoint
 
 # End-to-end runs of the real inferencers: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -245,7 +245,7 @@ def test_importing_cvt_mm_scopes_every_mmpretrain_inferencer():
     """The fix covers every MMPretrain inferencer class, once (cvt_mm is imported above)."""
     from mmpretrain.apis.base import BaseInferencer
 
-    from cvt_mm.scope_compat import scope_mmpretrain_inferencers
+    from cvt_mm.integration import scope_mmpretrain_inferencers
     assert scope_mmpretrain_inferencers() == []  # done on import; idempotent
 
     def subclasses(cls):
@@ -272,7 +272,7 @@ def test_image_demo_draws_from_outside_the_checkout(user_dir, tmp_path, config, 
     """Our configs by absolute path, from the user's folder: detections pasted at twice the
     image size (the inferencer's pipeline, cvt_mm.visualization's upsampling), and the
     classifier's class (a config type the tool gained with the inferencers)."""
-    from cvt_mm.testing import run_tool
+    from helpers import run_tool
     out = tmp_path / 'picture.jpg'
     proc = run_tool(['misc/image_demo.py', 'demo.jpg', osp.join(ROOT, 'configs', config),
                      osp.join('work_dirs', checkpoint), '--out-file', str(out),

@@ -11,8 +11,9 @@ import pytest
 from mmengine.config import Config
 
 import cvt_mm  # noqa: F401
-from cvt_mm.testing import build_model_from_config
-from cvt_mm.weights import PUBLISHED
+from cvt_mm.checkpoint import PUBLISHED
+
+from helpers import build_model_from_config
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DOCS = [osp.join(ROOT, 'README.md')] + sorted(glob.glob(osp.join(ROOT, 'docs', '*.md'))) + \
@@ -104,7 +105,7 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
     """Commands need GPUs, datasets or downloads to run, so each is checked as far as that
     is possible here: the script exists, the configs it names load, its flags parse (through
     the tool's own parser), and a make target exists."""
-    from cvt_mm.testing import load_tool
+    from helpers import load_tool
     monkeypatch.setenv('LOCAL_RANK', '0')  # what the tools' parse_args would set
     checked, makefile = 0, open(osp.join(ROOT, 'Makefile')).read()
     for doc, line in command_lines():

@@ -12,9 +12,10 @@ import time
 import pytest
 import torch
 
+from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import find_resumable_checkpoint
-from cvt_mm.testing import ROOT, run_tool, seg_user_config
-from cvt_mm.weights import read_checkpoint
+
+from helpers import ROOT, run_tool, seg_user_config
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow

@@ -4,7 +4,7 @@ import argparse
 import pytest
 import torch
 
-from cvt_mm.weights import CheckpointError, extract_state_dict, read_checkpoint
+from cvt_mm.checkpoint import CheckpointError, extract_state_dict, read_checkpoint
 
 
 def test_training_script_checkpoint_with_argparse_namespace_loads(tmp_path):
@@ -95,7 +95,7 @@ def test_prefix_must_exist(tmp_path):
 
 
 def test_convert_weights_to_an_unwritable_path_names_it(tmp_path, capsys):
-    from cvt_mm.testing import load_tool
+    from helpers import load_tool
     converter = load_tool('model_converters/convert_weights')
     src = tmp_path / 'ours.pth'
     from cvt_mm.models import CMT

@@ -6,9 +6,9 @@
 import os
 
 # Huge pages for the CPU allocator's large tensors; read once, when torch loads, so set
-# before any import. Page faults on fresh 70-280 MB maps cost CMT-S 20-25 % of its CPU
-# forward at 800x1333, for +20 % peak RSS (docs/benchmarks.md); THP_MEM_ALLOC_ENABLE=0 opts
-# out. No effect on CUDA memory.
+# before any import. Page faults on large fresh maps slow the CPU forward, for more peak RSS
+# (both measured in docs/benchmarks.md); THP_MEM_ALLOC_ENABLE=0 opts out. No effect on CUDA
+# memory.
 os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')
 
 import argparse
@@ -17,16 +17,16 @@ import os.path as osp
 from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+from cvt_mm.checkpoint import checkpoint_misfit
 from cvt_mm.engine.launch import (
     build_runner,
     check_dataset_paths,
+    config_from_args,
     finish_distributed,
     guard_dataloader_workers,
-    load_config,
     prepare_distributed,
     set_local_rank_env,
 )
-from cvt_mm.weights import checkpoint_misfit
 
 
 def parse_args(argv=None):
@@ -111,7 +111,7 @@ def results_dumper(cfg, out: str):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = load_config(args)
+    cfg = config_from_args(args)
     cfg.load_from = args.checkpoint
 
     if args.show or args.show_dir:

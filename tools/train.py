@@ -10,9 +10,9 @@ SIGTERM/SIGUSR1, and resumes by itself after a torchrun restart or a slurm reque
 import os
 
 # Huge pages for the CPU allocator's large tensors; read once, when torch loads, so set
-# before any import. Page faults on fresh 70-280 MB maps cost CMT-S 20-25 % of its CPU
-# forward at 800x1333, for +20 % peak RSS (docs/benchmarks.md); THP_MEM_ALLOC_ENABLE=0 opts
-# out. No effect on CUDA memory.
+# before any import. Page faults on large fresh maps slow the CPU forward, for more peak RSS
+# (both measured in docs/benchmarks.md); THP_MEM_ALLOC_ENABLE=0 opts out. No effect on CUDA
+# memory.
 os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')
 
 import argparse
@@ -24,8 +24,8 @@ from cvt_mm.engine.launch import (
     build_runner,
     check_dataset_paths,
     choose_resume,
+    config_from_args,
     finish_distributed,
-    load_config,
     prepare_distributed,
     prepare_training,
     set_local_rank_env,
@@ -57,7 +57,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
-    cfg = load_config(args)
+    cfg = config_from_args(args)
 
     if args.amp:
         cfg.optim_wrapper.type = 'AmpOptimWrapper'

@@ -16,9 +16,9 @@ place in the run instead:
 * :func:`guard_data_worker` (a ``worker_init_fn``) makes each worker die with its parent
   process (Linux ``PR_SET_PDEATHSIG``), so a rank killed by SIGKILL leaves no orphaned workers
   holding memory, and leaves SIGTERM/SIGUSR1 to the main process (see
-  :class:`cvt_mm.engine.preemption.PreemptionHook`), which stops the workers itself. Importing
-  this module registers :func:`kill_guarded_children` to run at interpreter exit, since
-  Python ends daemonic children with the SIGTERM such workers ignore.
+  :class:`cvt_mm.engine.preemption.PreemptionHook`), which stops the workers itself.
+  :mod:`cvt_mm.integration` registers :func:`kill_guarded_children` to run at interpreter
+  exit, since Python ends daemonic children with the SIGTERM such workers ignore.
 
 The training loops of :mod:`cvt_mm.engine.loops` install all three; nothing else is needed.
 
@@ -34,11 +34,9 @@ Example (what the loops do to a train dataloader config)::
 """
 from __future__ import annotations
 
-import atexit
 import contextlib
 import ctypes
 import multiprocessing
-import multiprocessing.util  # noqa: F401  (its exit function must be registered before ours)
 import os
 import random
 import signal
@@ -109,7 +107,7 @@ def seeded_generators(seed: int):
     """Seed Python's ``random``, NumPy's global generator and torch's CPU generator from
     ``seed`` for the block. In the main process their states are restored afterwards, so the
     training's own random stream is untouched; in a data-loader worker nothing else draws
-    from them, and the restore (about 0.15 ms) is skipped."""
+    from them, and the restore, the dearer half, is skipped (docs/benchmarks.md)."""
     if torch.utils.data.get_worker_info() is not None:
         _seed_all(seed)
         yield
@@ -277,9 +275,6 @@ def kill_guarded_children() -> None:
     for child in stubborn:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child.pid, signal.SIGKILL)
-
-
-atexit.register(kill_guarded_children)
 
 
 @FUNCTIONS.register_module()

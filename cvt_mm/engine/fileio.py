@@ -1,43 +1,22 @@
-"""Local files written whole or not at all.
+"""Local files written whole or not at all, through MMEngine's storage backends.
 
 MMEngine writes checkpoints (and the ``last_checkpoint`` pointer beside them) through its
 ``LocalBackend``, which opens the final path and writes into it: a run killed while saving
 leaves a truncated file under the final name, which ``--resume`` then picks. The backend
 registered here writes to a temporary file in the same folder and renames it over the target
 (``os.replace``, atomic on POSIX), so a reader sees the previous file or the complete new one.
+:mod:`cvt_mm.integration` registers it for local paths on ``import cvt_mm``.
 """
 from __future__ import annotations
 
-import os
-import os.path as osp
-import tempfile
 from pathlib import Path
 from typing import Union
 
-from mmengine.fileio.backends import LocalBackend, register_backend
+from mmengine.fileio.backends import LocalBackend
 
-__all__ = ['AtomicLocalBackend', 'write_atomically']
+from ..checkpoint.io import write_atomically
 
-
-def write_atomically(data: Union[bytes, str], filepath: Union[str, Path],
-                     encoding: str = 'utf-8') -> None:
-    """Write ``data`` to ``filepath`` through a temporary file in the same folder and a rename;
-    the folder is created if needed."""
-    filepath = os.fspath(filepath)
-    folder = osp.dirname(osp.abspath(filepath))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{osp.basename(filepath)}.', suffix='.part')
-    try:
-        with os.fdopen(fd, 'wb') as f:
-            f.write(data.encode(encoding) if isinstance(data, str) else data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, filepath)
-    except BaseException:
-        if osp.exists(tmp):
-            os.remove(tmp)
-        raise
+__all__ = ['AtomicLocalBackend']
 
 
 class AtomicLocalBackend(LocalBackend):
@@ -50,4 +29,3 @@ class AtomicLocalBackend(LocalBackend):
         write_atomically(obj, filepath, encoding)
 
 
-register_backend('local', AtomicLocalBackend, force=True, prefixes='')

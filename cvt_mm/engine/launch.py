@@ -22,7 +22,7 @@ from torch.distributed.constants import default_pg_timeout
 
 from .data import guard_dataloader_workers
 
-__all__ = ['set_local_rank_env', 'load_config', 'check_dataset_paths', 'first_slurm_host',
+__all__ = ['set_local_rank_env', 'config_from_args', 'check_dataset_paths', 'first_slurm_host',
            'slurm_environment', 'init_process_group', 'prepare_distributed',
            'prepare_training', 'choose_resume', 'finish_distributed', 'build_runner',
            'guard_dataloader_workers']
@@ -34,7 +34,7 @@ def set_local_rank_env(local_rank: int) -> None:
         os.environ['LOCAL_RANK'] = str(local_rank)
 
 
-def load_config(args) -> Config:
+def config_from_args(args) -> Config:
     """The config with the command line's launcher, --cfg-options and work dir applied
     (default work dir: ./work_dirs/<config name>, as MMDetection's tools)."""
     cfg = Config.fromfile(args.config)
@@ -48,19 +48,19 @@ def load_config(args) -> Config:
     return cfg
 
 
-# Where the README describes each dataset the configs name, and its expected layout.
+# Where the docs describe each dataset the configs name, and its expected layout.
 DATASET_LAYOUTS = {
     'CocoDataset': ('COCO 2017 in MMDetection\'s layout',
                     ['data/coco/annotations/instances_{train,val}2017.json',
                      'data/coco/{train,val}2017/*.jpg'],
-                    'README.md, "Detection (Mask R-CNN, COCO) and segmentation" > "Data"'),
+                    'docs/detection_segmentation.md, "Data"'),
     'ADE20KDataset': ('ADE20K (ADEChallengeData2016) in MMSegmentation\'s layout',
                       ['data/ade/ADEChallengeData2016/images/{training,validation}/*.jpg',
                        'data/ade/ADEChallengeData2016/annotations/{training,validation}/*.png'],
-                      'README.md, "Detection (Mask R-CNN, COCO) and segmentation" > "Data"'),
+                      'docs/detection_segmentation.md, "Data"'),
     'ImageNet': ('ImageNet-1k in MMPretrain\'s layout',
                  ['data/imagenet/{train,val}/ (class folders, or with meta/{train,val}.txt)'],
-                 'README.md, "ImageNet pretraining (MMPretrain)" > "Data"'),
+                 'docs/pretraining.md, "Data"'),
 }
 
 
@@ -89,7 +89,7 @@ def _dataset_paths(dataset) -> list:
 
 def check_dataset_paths(cfg, dataloaders, config_path: str) -> None:
     """Stop with one message, before anything is built, when the data the config reads is
-    not on disk: which paths are missing, the layout the README describes, and how to point
+    not on disk: which paths are missing, the layout the docs describe, and how to point
     the config elsewhere. Remote data roots (``s3://``...) are not checked."""
     missing, types = [], []
     for name in dataloaders:
@@ -289,7 +289,7 @@ def choose_resume(cfg, resume) -> None:
     When resuming, a config without a fixed seed takes the checkpoint's, so the data order
     and the per-sample augmentation seeds continue as before.
     """
-    from ..weights import read_checkpoint
+    from ..checkpoint.loading import read_checkpoint
     from .resume import describe_restart, find_resumable_checkpoint, restart_count
     restarted = restart_count() > 0
     path = None

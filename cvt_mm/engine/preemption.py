@@ -35,7 +35,7 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
-from .fileio import write_atomically
+from ..checkpoint.io import write_atomically
 from .random_state import ExactResumeHook
 
 __all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook',

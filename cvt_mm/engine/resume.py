@@ -22,7 +22,8 @@ import re
 import time
 from typing import List, Optional, Tuple
 
-from ..weights import CheckpointError, read_checkpoint
+from ..checkpoint.io import CheckpointError
+from ..checkpoint.loading import read_checkpoint
 from .preemption import read_heartbeat
 
 __all__ = ['find_resumable_checkpoint', 'restart_count', 'checkpoint_progress',

@@ -1,4 +1,7 @@
-"""Backbones. Importing this module registers them in MMEngine's root ``MODELS`` registry,
-which MMDetection, MMSegmentation and MMPretrain all fall back to (see ``cvt_mm.registry``)."""
-from .cmt import CMT  # noqa: F401
-from .cvt import CvT  # noqa: F401
+"""The backbones, registered in MMEngine's root ``MODELS`` (so every toolbox finds them), and
+their checkpoint layouts, registered with :mod:`cvt_mm.checkpoint.formats`."""
+from . import cmt_converter, cvt_converter  # noqa: F401  (layout registrations)
+from .cmt import CMT
+from .cvt import CvT
+
+__all__ = ['CMT', 'CvT']

@@ -19,7 +19,6 @@ the grids of ``pretrain_img_size`` and resized at run time by :func:`resize_rela
 """
 from __future__ import annotations
 
-import functools
 import math
 from collections import OrderedDict
 from typing import List, Optional, Sequence, Tuple, Union
@@ -30,21 +29,12 @@ from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
 from torch import nn
 
+from ..checkpoint.io import CheckpointError
 from ..registry import MODELS
-from ..weights import CheckpointError
-from .base import ConvViTBackbone
-from .layers import (
-    attention,
-    check_batchnorm_statistics,
-    check_choice,
-    merge_heads,
-    nchw_to_nlc,
-    nlc_to_nchw,
-    run_blocks,
-    split_heads,
-    stochastic_depth_rates,
-    vit_init_,
-)
+from .attention import attention, merge_heads, split_heads
+from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
+from .layers import nchw_to_nlc, nlc_to_nchw, run_blocks, stochastic_depth_rates
+from .matrix_resize import ceil_div, is_symbolic, resize_relative_pos
 
 Grid = Tuple[int, int]
 
@@ -60,34 +50,22 @@ ARCH_SETTINGS = {
     'b': dict(embed_dims=[76, 152, 304, 608], stem_channels=38, depths=[4, 4, 20, 4],
               mlp_ratio=4.0, pretrain_img_size=256, head_drop_rate=0.3),
 }
+# Optional arch keys and their defaults (stem_channels: half the first stage's width).
 ARCH_DEFAULTS = dict(num_heads=[1, 2, 4, 8], sr_ratios=[8, 4, 2, 1], mlp_ratio=4.0,
                      pretrain_img_size=224, head_drop_rate=0.1, fc_channels=1280)
-REQUIRED_ARCH_KEYS = ('embed_dims', 'num_heads', 'depths')
 NUM_STAGES = 4
 MIN_INPUT_SIZE = 32
 # Training a batch of 1 with BatchNorm statistics needs 2 tokens in the stride-32 stage.
 MIN_TRAIN_SIDE_BATCH_1 = 33
 
 
-def _ceil_div(a: int, b: int) -> int:
-    # Only non-negative operands: ONNX exports a symbolic `//` as integer Div, which truncates,
-    # so `-(-a // b)` would round the wrong way in an exported graph.
-    return (a + b - 1) // b
-
-
-def _symbolic(*sizes) -> bool:
-    """Whether any size is a ``torch.SymInt``: a dimension that ``torch.export`` (or
-    ``torch.compile(dynamic=True)``) keeps symbolic. Eager sizes are plain ints."""
-    return any(isinstance(s, torch.SymInt) for s in sizes)
-
-
 def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
     """Zero-pad an NCHW map at the bottom/right so both sides divide ``multiple``."""
     h, w = x.shape[-2], x.shape[-1]
-    pad_h, pad_w = _ceil_div(h, multiple) * multiple - h, _ceil_div(w, multiple) * multiple - w
+    pad_h, pad_w = ceil_div(h, multiple) * multiple - h, ceil_div(w, multiple) * multiple - w
     # Symbolic sizes always pad (by zero rows when none are needed): testing whether the
     # padding is zero would fix the input size of an exported graph.
-    if not _symbolic(pad_h, pad_w) and not (pad_h or pad_w):
+    if not is_symbolic(pad_h, pad_w) and not (pad_h or pad_w):
         return x
     return F.pad(x, (0, pad_w, 0, pad_h))
 
@@ -99,103 +77,9 @@ def stage_grids(img_size: Grid, sr_ratios: Sequence[int]) -> list:
     out = []
     for i, sr in enumerate(sr_ratios):
         stride = 2 ** (i + 2)
-        q = (_ceil_div(h, stride), _ceil_div(w, stride))
-        out.append((q, (_ceil_div(q[0], sr), _ceil_div(q[1], sr))))
+        q = (ceil_div(h, stride), ceil_div(w, stride))
+        out.append((q, (ceil_div(q[0], sr), ceil_div(q[1], sr))))
     return out
-
-
-@functools.lru_cache(maxsize=128)
-def bicubic_matrix(src: int, dst: int) -> torch.Tensor:
-    """``(dst, src)`` float64 weights of ``F.interpolate``'s bicubic resize along one axis
-    (``align_corners=False``, borders clamped), read off by resizing the identity: the 2-D
-    bicubic resize of a map ``X`` is ``A_h @ X @ A_w.T``."""
-    eye = torch.eye(src, dtype=torch.float64).reshape(src, 1, src, 1)
-    cols = F.interpolate(eye, size=(dst, 1), mode='bicubic', align_corners=False)
-    return cols.reshape(src, dst).t().contiguous()
-
-
-def graph_bicubic_matrix(src: int, dst, like: torch.Tensor) -> torch.Tensor:
-    """:func:`bicubic_matrix` computed by tensor operations alone, in float32 (which ONNX
-    Runtime's ``Resize`` takes) and cast to ``like``'s dtype, for a ``dst`` that may be a
-    symbolic size: ``torch.export`` records the resize of the identity, so an exported graph
-    builds the matrix for the size it runs at.
-
-    Args:
-        src (int): length of the stored axis.
-        dst (int | torch.SymInt): length to resize to.
-        like (torch.Tensor): gives the dtype and device.
-
-    Returns:
-        torch.Tensor: ``(dst, src)`` weights.
-
-    Example::
-
-        >>> torch.allclose(graph_bicubic_matrix(7, 12, torch.zeros(())),
-        ...                bicubic_matrix(7, 12).float(), atol=1e-5)
-        True
-    """
-    eye = torch.eye(src, dtype=torch.float32, device=like.device).reshape(src, 1, src, 1)
-    cols = F.interpolate(eye, size=(dst, 1), mode='bicubic', align_corners=False)
-    return cols.reshape(src, dst).t().to(like.dtype)
-
-
-def _axis_matrix(src: int, dst, like: torch.Tensor) -> torch.Tensor:
-    # A symbolic size (dynamic-size export) cannot key the cache without fixing the size, so
-    # the graph computes the matrix itself; multiplying by it stays a GEMM in the exported
-    # graph too, where a bicubic Resize of the bias itself took 8 of ONNX Runtime's 10 s for
-    # CMT-S at 800x1333.
-    if _symbolic(dst):
-        return graph_bicubic_matrix(src, dst, like)
-    return bicubic_matrix(src, dst).to(like)
-
-
-def _resize_grid_axis(x: torch.Tensor, src: Grid, dst: Grid) -> torch.Tensor:
-    """Bicubic resize of ``x`` (..., h, w, n) over its (h, w) grid axes, as two matrix
-    products (``n`` rides along as the fast axis)."""
-    a_h = _axis_matrix(src[0], dst[0], x)
-    a_w = _axis_matrix(src[1], dst[1], x)
-    lead, n = x.shape[:-3], x.shape[-1]
-    x = torch.matmul(a_w, x)  # (..., h, W, n)
-    x = torch.matmul(a_h, x.reshape(*lead, src[0], dst[1] * n))  # (..., H, W * n)
-    return x.reshape(*lead, dst[0], dst[1], n)
-
-
-def resize_relative_pos(bias: torch.Tensor, src_query: Grid, src_key: Grid, dst_query: Grid,
-                        dst_key: Grid) -> torch.Tensor:
-    """Resize a ``(heads, Hq*Wq, Hk*Wk)`` bias to new query and key grids.
-
-    Bicubic (``align_corners=False``, as ``F.interpolate``) over the key grid and over the
-    query grid, written as products with per-axis interpolation matrices
-    (:func:`bicubic_matrix`, cached per size): the same linear map as ``F.interpolate``'s,
-    exact gradients through autograd, and GEMM speed. ``F.interpolate`` itself took 15 % of a
-    CMT-S training step at 800x1333 (forward 1.1 s, backward 1.8 s, for the 280 MB stage-1
-    bias), since training resizes on every step. Returns ``bias`` itself when both grids
-    already match, so a checkpoint run at its own resolution computes exactly what it was
-    trained with.
-
-    Under ``torch.export`` with dynamic image sizes (ONNX export) the new grids are symbolic:
-    both axes are then always resized (at an unchanged size the matrices are the identity),
-    since comparing the grids would fix the image size of the graph, and the graph computes
-    the matrices for the size it runs at (:func:`_axis_matrix`).
-    """
-    heads, nq, nk = bias.shape
-    if nq != src_query[0] * src_query[1] or nk != src_key[0] * src_key[1]:
-        raise ValueError(f'relative_pos of shape {tuple(bias.shape)} does not match a '
-                         f'{src_query} query grid and a {src_key} key grid')
-    symbolic = _symbolic(*dst_query, *dst_key)
-    if not symbolic and tuple(src_query) == tuple(dst_query) \
-            and tuple(src_key) == tuple(dst_key):
-        return bias
-    x = bias
-    if symbolic or tuple(src_key) != tuple(dst_key):
-        # Keys first, while there are few queries: (heads, Nq, hk, wk, 1).
-        x = _resize_grid_axis(x.reshape(heads, nq, *src_key, 1), src_key, dst_key)
-        x = x.reshape(heads, nq, -1)
-    if symbolic or tuple(src_query) != tuple(dst_query):
-        # (heads, hq, wq, Nk): the result comes out in its final (heads, Nq, Nk) layout.
-        x = _resize_grid_axis(x.reshape(heads, *src_query, x.shape[-1]), src_query, dst_query)
-        x = x.reshape(heads, dst_query[0] * dst_query[1], -1)
-    return x.contiguous()
 
 
 def square_grids_from_shape(shape: Sequence[int]) -> Tuple[Grid, Grid]:
@@ -378,35 +262,9 @@ class CMTStage(nn.Module):
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Grid]:
         """NCHW in; (B, h*w, C) tokens and (h, w) out."""
         x, hw = self.patch_embed(x)
-        key_grid = (_ceil_div(hw[0], self.sr_ratio), _ceil_div(hw[1], self.sr_ratio))
+        key_grid = (ceil_div(hw[0], self.sr_ratio), ceil_div(hw[1], self.sr_ratio))
         bias = self.relative_pos_for(hw, key_grid)
         return run_blocks(self.blocks, x, hw, bias, with_cp=self.with_cp), hw
-
-
-def _resolve_arch(arch) -> dict:
-    if isinstance(arch, str):
-        check_choice('arch', arch, tuple(ARCH_SETTINGS))
-        return {**ARCH_DEFAULTS, **ARCH_SETTINGS[arch]}
-    if not isinstance(arch, dict):
-        raise ValueError(f'arch must be one of {", ".join(map(repr, ARCH_SETTINGS))} or a dict, '
-                         f'got {type(arch).__name__}')
-    allowed = set(REQUIRED_ARCH_KEYS) | set(ARCH_DEFAULTS) | {'stem_channels'}
-    unknown = sorted(set(arch) - allowed)
-    missing = [k for k in REQUIRED_ARCH_KEYS if k not in arch]
-    if unknown or missing:
-        raise ValueError(f'arch dict: unknown keys {unknown}, missing keys {missing}; '
-                         f'required: {list(REQUIRED_ARCH_KEYS)}, optional: '
-                         f'{sorted(allowed - set(REQUIRED_ARCH_KEYS))}')
-    cfg = {**ARCH_DEFAULTS, 'stem_channels': arch['embed_dims'][0] // 2, **arch}
-    for key in ('embed_dims', 'num_heads', 'depths', 'sr_ratios'):
-        if len(cfg[key]) != NUM_STAGES or any(int(v) < 1 for v in cfg[key]):
-            raise ValueError(f'arch[{key!r}] must hold {NUM_STAGES} positive ints, '
-                             f'got {cfg[key]!r}')
-    for dim, heads in zip(cfg['embed_dims'], cfg['num_heads']):
-        if dim % heads:
-            raise ValueError(f'arch: embed_dims {cfg["embed_dims"]} must be divisible by '
-                             f'num_heads {cfg["num_heads"]} stage by stage')
-    return cfg
 
 
 @MODELS.register_module()
@@ -486,7 +344,10 @@ class CMT(ConvViTBackbone):
                          out_norm_cfg=out_norm_cfg, num_classes=num_classes,
                          frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
                          init_cfg=init_cfg)
-        cfg = _resolve_arch(arch)
+        cfg = resolve_arch(arch, ARCH_SETTINGS, NUM_STAGES, dict(ARCH_DEFAULTS, stem_channels=None),
+                           per_stage=('embed_dims', 'num_heads', 'depths', 'sr_ratios'))
+        if cfg['stem_channels'] is None:
+            cfg['stem_channels'] = cfg['embed_dims'][0] // 2
         if not isinstance(drop_path_rate, (int, float)) or not 0 <= drop_path_rate < 1:
             raise ValueError(f'drop_path_rate must be in [0, 1), got {drop_path_rate!r}')
         if not isinstance(bias_cache_size, int) or bias_cache_size < 0:

@@ -1,7 +1,7 @@
 """CvT: Introducing Convolutions to Vision Transformers (Wu et al., 2021).
 
 The architecture computes what the official ``microsoft/CvT`` model computes, so the published
-ImageNet weights load as they are (see ``cvt_mm.weights`` for the layouts):
+ImageNet weights load as they are (see ``cvt_mm/models/cvt_converter.py`` for the layouts):
 
 * three stages, each a convolutional token embedding (Conv2d + LayerNorm) and pre-norm blocks;
   no position embedding;
@@ -22,20 +22,15 @@ from mmcv.cnn.bricks import DropPath
 from torch import nn
 
 from ..registry import MODELS
-from .base import ConvViTBackbone
+from .attention import attention, merge_heads, split_heads
+from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
 from .layers import (
     FP32LayerNorm,
     QuickGELU,
-    attention,
-    check_batchnorm_statistics,
-    check_choice,
-    merge_heads,
     nchw_to_nlc,
     nlc_to_nchw,
     run_blocks,
-    split_heads,
     stochastic_depth_rates,
-    vit_init_,
 )
 
 ARCH_SETTINGS = {
@@ -178,27 +173,6 @@ class CvTStage(nn.Module):
         return nlc_to_nchw(x[:, num_cls:], hw), cls_token
 
 
-def _resolve_arch(arch: Union[str, dict]) -> dict:
-    if isinstance(arch, str):
-        check_choice('arch', arch, tuple(ARCH_SETTINGS))
-        return {k: list(v) for k, v in ARCH_SETTINGS[arch].items()}
-    if not isinstance(arch, dict):
-        raise ValueError(f'arch must be one of {", ".join(map(repr, ARCH_SETTINGS))} or a dict, '
-                         f'got {type(arch).__name__}')
-    required = {'embed_dims', 'num_heads', 'depths'}
-    if set(arch) != required:
-        raise ValueError(f'an arch dict needs exactly the keys {sorted(required)}, '
-                         f'got {sorted(arch)}')
-    spec = {k: list(arch[k]) for k in required}
-    for key, values in spec.items():
-        if len(values) != NUM_STAGES or not all(isinstance(v, int) and v > 0 for v in values):
-            raise ValueError(f'arch[{key!r}] must be {NUM_STAGES} positive ints, got {values}')
-    for i, (dims, heads) in enumerate(zip(spec['embed_dims'], spec['num_heads'])):
-        if dims % heads:
-            raise ValueError(f'stage {i}: embed_dims {dims} is not divisible by num_heads {heads}')
-    return spec
-
-
 def stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[float]]:
     """A float is the official recipe (0 / 0 / rate per stage); a sequence gives one rate per
     stage. Within a stage the rate rises linearly from 0, as in the official code."""
@@ -288,7 +262,7 @@ class CvT(ConvViTBackbone):
                          out_norm_cfg=out_norm_cfg, num_classes=num_classes,
                          frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
                          init_cfg=init_cfg)
-        spec = _resolve_arch(arch)
+        spec = resolve_arch(arch, ARCH_SETTINGS, NUM_STAGES)
         self.embed_dims = spec['embed_dims']
         self.num_heads = spec['num_heads']
         self.depths = spec['depths']

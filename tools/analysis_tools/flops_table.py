@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import glob
-import importlib.util
 import logging
 import os.path as osp
 import re
@@ -35,6 +34,9 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
+
+from cvt_mm.builders import build_model_from_config, load_config, task_of
+from cvt_mm.flops import TensorForward, count_flops, get_flops, mmcv_gmacs, tensor_forward
 
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 DOCS = osp.join(ROOT, 'docs', 'model_zoo.md')
@@ -46,20 +48,8 @@ COLUMNS = ('config', 'input (H×W)', 'GFLOPs (ours)', 'GFLOPs (mmcv counter)',
            'GFLOPs (paper)', 'params M (ours)', 'params M (paper)', 'note')
 
 
-def _load_get_flops():
-    # tools/ is not a package: import the sibling script by its path.
-    spec = importlib.util.spec_from_file_location(
-        'cvt_mm_tool_get_flops', osp.join(osp.dirname(osp.abspath(__file__)), 'get_flops.py'))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-get_flops_tool = _load_get_flops()
-
-
 @dataclass(frozen=True)
-class Published:
+class PaperNumbers:
     """A paper's numbers for a config's model: GFLOPs (multiply-adds), params (M), where."""
     gflops: Optional[float]
     params: Optional[float]
@@ -72,16 +62,16 @@ CMT = 'CMT (Guo et al., CVPR 2022)'
 # rounds them to 4.5 / 20 and 7.1 / 32). CMT: S from Table 8 (4.04 B, 25.1 M); Ti/XS/B from
 # Table 3 as quoted by the project (not re-read from the paper text here); detection from
 # Tables 6 (RetinaNet) and 7 (Mask R-CNN), "FLOPs are calculated on 1280x800 input".
-PUBLISHED: Dict[str, Published] = {
-    'imagenet_cvt13_300e_in1k.py': Published(4.53, 19.98, f'{CVT}, Table 2'),
-    'imagenet_cvt21_300e_in1k.py': Published(7.13, 31.54, f'{CVT}, Table 2'),
-    'imagenet_cmt_ti_800e_in1k.py': Published(0.6, 9.5, f'{CMT}, Table 3'),
-    'imagenet_cmt_xs_400e_in1k.py': Published(1.5, 15.2, f'{CMT}, Table 3'),
-    'imagenet_cmt_s_300e_in1k.py': Published(4.04, 25.1, f'{CMT}, Table 8'),
-    'imagenet_cmt_b_300e_in1k.py': Published(9.3, 45.7, f'{CMT}, Table 3'),
-    'mask_rcnn_cmt_s_coco.py': Published(249, 44.5, f'{CMT}, Table 7'),
-    'mask_rcnn_cmt_s_ms-3x_coco.py': Published(249, 44.5, f'{CMT}, Table 7 (the 1x model)'),
-    'retinanet_cmt_s_coco.py': Published(231, 44.3, f'{CMT}, Table 6'),
+PAPER_NUMBERS: Dict[str, PaperNumbers] = {
+    'imagenet_cvt13_300e_in1k.py': PaperNumbers(4.53, 19.98, f'{CVT}, Table 2'),
+    'imagenet_cvt21_300e_in1k.py': PaperNumbers(7.13, 31.54, f'{CVT}, Table 2'),
+    'imagenet_cmt_ti_800e_in1k.py': PaperNumbers(0.6, 9.5, f'{CMT}, Table 3'),
+    'imagenet_cmt_xs_400e_in1k.py': PaperNumbers(1.5, 15.2, f'{CMT}, Table 3'),
+    'imagenet_cmt_s_300e_in1k.py': PaperNumbers(4.04, 25.1, f'{CMT}, Table 8'),
+    'imagenet_cmt_b_300e_in1k.py': PaperNumbers(9.3, 45.7, f'{CMT}, Table 3'),
+    'mask_rcnn_cmt_s_coco.py': PaperNumbers(249, 44.5, f'{CMT}, Table 7'),
+    'mask_rcnn_cmt_s_ms-3x_coco.py': PaperNumbers(249, 44.5, f'{CMT}, Table 7 (the 1x model)'),
+    'retinanet_cmt_s_coco.py': PaperNumbers(231, 44.3, f'{CMT}, Table 6'),
 }
 # Said once per row where it applies (beside the measured gap).
 EXTRA_NOTES = {
@@ -91,7 +81,7 @@ EXTRA_NOTES = {
 
 
 @dataclass
-class Row:
+class FlopsRow:
     """One config's counts. GFLOPs are multiply-adds; params in millions (trainable)."""
     config: str
     shape: Tuple[int, int]
@@ -99,7 +89,7 @@ class Row:
     mmcv_gflops: float
     attention: float
     params: float
-    published: Optional[Published] = None
+    published: Optional[PaperNumbers] = None
 
 
 def list_configs(root: str = ROOT) -> List[str]:
@@ -112,7 +102,7 @@ def list_configs(root: str = ROOT) -> List[str]:
 
 def paper_shape(cfg) -> Tuple[int, int]:
     """(H, W) a config is counted at: see the module docstring."""
-    task = get_flops_tool.task_of(cfg)
+    task = task_of(cfg)
     if task == 'mmdet':
         return DET_SHAPE
     if task == 'mmseg':
@@ -140,14 +130,14 @@ def fmt_published(x: Optional[float]) -> str:
     return '–' if x is None else f'{x:g}'
 
 
-def measure(config: str) -> Row:
+def measure(config: str) -> FlopsRow:
     """Count one config at its paper's input with :func:`get_flops` (ours and mmcv's counter).
 
     Args:
         config (str): config file, relative to the repository root or absolute.
 
     Returns:
-        Row: the counts, with the paper's numbers where :data:`PUBLISHED` has them.
+        FlopsRow: the counts, with the paper's numbers where :data:`PAPER_NUMBERS` has them.
 
     Example::
 
@@ -156,12 +146,12 @@ def measure(config: str) -> Row:
         ((160, 160), 0.64, 9.49)
     """
     path = config if osp.isabs(config) else osp.join(ROOT, config)
-    cfg = get_flops_tool.load_config(path)
+    cfg = load_config(path)
     shape = paper_shape(cfg)
-    r = get_flops_tool.get_flops(cfg, shape, mmcv=True)
+    r = get_flops(cfg, shape, mmcv=True)
     rel = osp.relpath(path, ROOT)
-    return Row(rel, shape, r['flops'], r['mmcv_flops'], r['attention_flops'], r['params'],
-               PUBLISHED.get(osp.basename(rel)))
+    return FlopsRow(rel, shape, r['flops'], r['mmcv_flops'], r['attention_flops'], r['params'],
+               PAPER_NUMBERS.get(osp.basename(rel)))
 
 
 def _versus(ours: float, paper: float) -> str:
@@ -174,7 +164,7 @@ def _versus(ours: float, paper: float) -> str:
     return f'{percent:+.1f} %' if abs(percent) < 10 else f'{percent:+.0f} %'
 
 
-def note(row: Row) -> str:
+def note(row: FlopsRow) -> str:
     """What explains the row's numbers against the paper, from the counts themselves."""
     parts = []
     if row.attention >= 0.05 * row.gflops:
@@ -195,11 +185,11 @@ def note(row: Row) -> str:
     return '; '.join(parts)
 
 
-def format_table(rows: Sequence[Row]) -> str:
+def format_table(rows: Sequence[FlopsRow]) -> str:
     """The Markdown table (header and one line per row), with a trailing newline."""
     lines = ['| ' + ' | '.join(COLUMNS) + ' |', '|' + '---|' * len(COLUMNS)]
     for row in rows:
-        pub = row.published or Published(None, None, '')
+        pub = row.published or PaperNumbers(None, None, '')
         cells = [f'`{row.config}`', f'{row.shape[0]}×{row.shape[1]}', fmt_gflops(row.gflops),
                  fmt_gflops(row.mmcv_gflops), fmt_published(pub.gflops), fmt_params(row.params),
                  fmt_published(pub.params), note(row)]
@@ -293,7 +283,7 @@ def _rewrite(path: str, update) -> bool:
     return new != old
 
 
-def write_outputs(rows: Sequence[Row], root: str = ROOT) -> List[str]:
+def write_outputs(rows: Sequence[FlopsRow], root: str = ROOT) -> List[str]:
     """Update docs/model_zoo.md (the measured rows; other configs keep their committed
     line), then each metafile's numbers from that table and each family README's table from
     its metafile. Returns the files that changed."""
@@ -328,12 +318,11 @@ def explain(config: str, shape: Optional[Tuple[int, int]] = None) -> List[Tuple[
         >>> for what, g in explain('configs/mask_rcnn_cmt_s_coco.py'):
         ...     print(f'{g:7.1f}  {what}')
     """
-    from cvt_mm.flops import count_flops
-    cfg = get_flops_tool.load_config(config)
-    task = get_flops_tool.task_of(cfg)
+    cfg = load_config(config)
+    task = task_of(cfg)
     shape = tuple(shape or paper_shape(cfg))
-    model = get_flops_tool.build_model_from_config(cfg).eval()
-    forward = get_flops_tool.tensor_forward
+    model = build_model_from_config(cfg).eval()
+    forward = tensor_forward
     with torch.no_grad():
         cold = count_flops(forward(model, task, shape))
         # Eval mode keeps CMT's resized position biases per input size: a second forward at
@@ -341,9 +330,9 @@ def explain(config: str, shape: Optional[Tuple[int, int]] = None) -> List[Tuple[
         warm = count_flops(forward(model, task, shape))
         swapped = count_flops(forward(model, task, shape[::-1]))
         backbone = count_flops(model.backbone, torch.randn(1, 3, *shape))
-        mmcv_whole = get_flops_tool.mmcv_gmacs(
-            get_flops_tool.TensorForward(model, task, shape), shape)
-        mmcv_backbone = get_flops_tool.mmcv_gmacs(model.backbone, shape)
+        mmcv_whole = mmcv_gmacs(
+            TensorForward(model, task, shape), shape)
+        mmcv_backbone = mmcv_gmacs(model.backbone, shape)
 
     def attention(count):
         return count.gmacs * count.attention_share()

@@ -66,9 +66,10 @@ TRAIN_CONFIGS = {
     'Mask R-CNN Swin-T (mmdet)': 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py',
     'UperNet CvT-13': 'configs/upernet_cvt13_ade20k.py',
 }
+# The demo's configs (the real ones, sized for small data) on generated data.
 DDP_CONFIGS = {
-    'Mask R-CNN CvT-13': ('mask_rcnn_cvt13_coco.py', 'coco'),
-    'UperNet CvT-13': ('upernet_cvt13_ade20k.py', 'ade'),
+    'Mask R-CNN CvT-13': ('configs/demo/mask_rcnn_cvt13_demo.py', 'coco'),
+    'UperNet CvT-13': ('configs/demo/upernet_cvt13_demo.py', 'ade'),
 }
 SDPA_KERNELS = {
     'aten::_scaled_dot_product_flash_attention': 'flash',
@@ -105,7 +106,7 @@ class Plan:
 
 
 @dataclass
-class Row:
+class CheckRow:
     check: str
     subject: str
     status: str
@@ -118,8 +119,8 @@ class Report:
     def __init__(self):
         self.rows: list = []
 
-    def add(self, check, subject, status, result='', seconds=0.0, **detail) -> Row:
-        row = Row(check, subject, status, result, detail, round(seconds, 2))
+    def add(self, check, subject, status, result='', seconds=0.0, **detail) -> CheckRow:
+        row = CheckRow(check, subject, status, result, detail, round(seconds, 2))
         self.rows.append(row)
         print(f'[{status:^7s}] {check}: {subject}: {result}', flush=True)
         return row
@@ -345,7 +346,8 @@ def check_sdpa(plan: Plan, name: str, model, train: bool, precision: str):
 def check_train_step(plan: Plan, config: str):
     from mmengine.optim import build_optim_wrapper
 
-    from cvt_mm.testing import build_model_from_config, load_config, synthetic_batch
+    from cvt_mm.benchmark import peak_memory_gib, time_steps
+    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch
     cfg = load_config(config if '::' in config else osp.join(ROOT, config))
     torch.manual_seed(0)
     model = build_model_from_config(cfg, device=plan.device)
@@ -359,24 +361,21 @@ def check_train_step(plan: Plan, config: str):
     optim_wrapper = build_optim_wrapper(model, optim_cfg)
     batch = synthetic_batch(model, batch_size=2, height=height, width=width)
     cuda = plan.device == 'cuda'
-    times, losses = [], []
-    for step in range(plan.warmup_steps + plan.timed_steps):
-        if step == plan.warmup_steps and cuda:
-            torch.cuda.synchronize()
-            torch.cuda.reset_peak_memory_stats()
-        start = time.perf_counter()
-        out = model.train_step(batch, optim_wrapper)
-        if cuda:
-            torch.cuda.synchronize()
-        if step >= plan.warmup_steps:
-            times.append(time.perf_counter() - start)
-        losses.append(float(out['loss'].detach()))
+    losses = []
+
+    def step():
+        losses.append(float(model.train_step(batch, optim_wrapper)['loss'].detach()))
+
+    time_steps(step, 0, plan.warmup_steps, plan.device)
+    if cuda:
+        torch.cuda.reset_peak_memory_stats()
+    times = time_steps(step, 0, plan.timed_steps, plan.device)
     median = statistics.median(times)
-    peak = torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None
+    peak = peak_memory_gib(plan.device) if cuda else None
     finite = all(map(lambda v: v == v and abs(v) != float('inf'), losses))
     result = (f'{height}x{width} batch 2{" AMP" if plan.amp else ""}: median {median:.3f} s of '
               f'{len(times)} steps' + (f', peak {peak:.2f} GiB' if peak is not None else ''))
-    del model, optim_wrapper
+    model = optim_wrapper = None  # free the memory before the next check
     if cuda:
         torch.cuda.empty_cache()
     return (PASS if finite else FAIL), result, dict(median_s=median, times_s=times,
@@ -390,8 +389,31 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def check_ddp(plan: Plan, base: str, kind: str, workdir: str):
-    from cvt_mm.testing import write_user_config
+def _demo_run_config(path: str, demo: str, data_root: str, work: str, epochs: int) -> str:
+    """The demo config ``demo`` (real config files) on the generated data at ``data_root``,
+    from random weights, ``epochs`` epochs (detection) or 4 iterations (segmentation)."""
+    data_root = data_root.rstrip('/') + '/'
+    if 'mask_rcnn' in demo:
+        schedule = (f"val_evaluator = dict(ann_file=data_root + "
+                    f"'annotations/instances_val2017.json')\n"
+                    f"test_evaluator = val_evaluator\n"
+                    f"train_cfg = dict(max_epochs={epochs}, val_interval={epochs})\n"
+                    f"default_hooks = dict(logger=dict(interval=1), "
+                    f"checkpoint=dict(interval={epochs}))\n")
+    else:
+        schedule = ("train_cfg = dict(max_iters=4, val_interval=4)\n"
+                    "default_hooks = dict(logger=dict(interval=1), checkpoint=dict(interval=4))\n")
+    with open(path, 'w') as f:
+        f.write(f"_base_ = {osp.join(ROOT, demo)!r}\n"
+                f"data_root = {data_root!r}\n"
+                "model = dict(backbone=dict(init_cfg=None))\n"
+                "train_dataloader = dict(batch_size=2, dataset=dict(data_root=data_root))\n"
+                "val_dataloader = dict(dataset=dict(data_root=data_root))\n"
+                "test_dataloader = val_dataloader\n" + schedule + f"work_dir = {work!r}\n")
+    return path
+
+
+def check_ddp(plan: Plan, demo: str, kind: str, workdir: str):
     nprocs = min(2, torch.cuda.device_count()) if plan.device == 'cuda' else 2
     data = osp.join(workdir, 'data')
     if not osp.isdir(data):
@@ -402,9 +424,8 @@ def check_ddp(plan: Plan, base: str, kind: str, workdir: str):
                        check=True, capture_output=True, cwd=ROOT)
     work = osp.join(workdir, f'work_{kind}')
     # 8 images, batch 2 per process: 4 iterations either way.
-    config = write_user_config(osp.join(workdir, f'user_{kind}.py'), base,
-                               osp.join(data, kind), work, image_size=plan.ddp_image_size,
-                               max_epochs=2 if nprocs == 2 else 1, max_iters=4)
+    config = _demo_run_config(osp.join(workdir, f'user_{kind}.py'), demo, osp.join(data, kind),
+                              work, epochs=2 if nprocs == 2 else 1)
     env = dict(os.environ, PYTHON=sys.executable, PORT=str(_free_port()))
     proc = subprocess.run(['bash', osp.join(ROOT, 'tools', 'dist_train.sh'), config,
                            str(nprocs)], cwd=ROOT, env=env, capture_output=True, text=True,
@@ -477,8 +498,8 @@ def run_all(plan: Plan, setup_seconds=None, workdir=None) -> Report:
 
     workdir = workdir or tempfile.mkdtemp(prefix='gpu_check_')
     for name in plan.ddp_configs:
-        base, kind = DDP_CONFIGS[name]
-        report.run('ddp', f'{name} (tools/dist_train.sh)', check_ddp, plan, base, kind, workdir)
+        demo, kind = DDP_CONFIGS[name]
+        report.run('ddp', f'{name} (tools/dist_train.sh)', check_ddp, plan, demo, kind, workdir)
     return report
 
 

@@ -20,8 +20,8 @@ import numpy as np
 from mmengine.config import Config, DictAction
 
 import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+from cvt_mm.checkpoint import checkpoint_misfit
 from cvt_mm.visualization import best_predictions, enlarge_labels, predict_upsampled
-from cvt_mm.weights import checkpoint_misfit
 
 
 def parse_args(argv=None):

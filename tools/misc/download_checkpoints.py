@@ -32,13 +32,14 @@ import sys
 import urllib.parse
 from typing import List, Optional
 
-from cvt_mm import hub, weights
+from cvt_mm import checkpoint
+from cvt_mm.checkpoint import hub
 
 BASE_URL_ENV = 'CVT_MM_CHECKPOINT_BASE_URL'
 
 
 def parse_args(argv=None):
-    names = ', '.join(p.name for p in weights.PUBLISHED)
+    names = ', '.join(p.name for p in checkpoint.PUBLISHED)
     parser = argparse.ArgumentParser(
         description=__doc__.split('\n\n')[0],
         epilog=f'known names: {names}. See docs/checkpoints.md.')
@@ -76,22 +77,22 @@ def parse_args(argv=None):
     return args
 
 
-def select(patterns: List[str]) -> List[weights.PublishedCheckpoint]:
-    """The rows of ``weights.PUBLISHED`` that ``patterns`` name (all for no pattern), in table
+def select(patterns: List[str]) -> List[checkpoint.PublishedCheckpoint]:
+    """The rows of ``checkpoint.PUBLISHED`` that ``patterns`` name (all for no pattern), in table
     order; a pattern that matches nothing raises ``ValueError`` naming the allowed values."""
     if not patterns:
-        return list(weights.PUBLISHED)
+        return list(checkpoint.PUBLISHED)
     chosen = set()
     for pattern in patterns:
         low = pattern.lower()
-        hits = [p for p in weights.PUBLISHED
+        hits = [p for p in checkpoint.PUBLISHED
                 if fnmatch.fnmatchcase(p.name, low) or fnmatch.fnmatchcase(p.filename.lower(), low)]
         if not hits:
             raise ValueError(f'{pattern!r} matches no published checkpoint; allowed: '
-                             + ', '.join(p.name for p in weights.PUBLISHED)
+                             + ', '.join(p.name for p in checkpoint.PUBLISHED)
                              + " (or their file names, or globs such as 'cmt-*')")
         chosen.update(p.name for p in hits)
-    return [p for p in weights.PUBLISHED if p.name in chosen]
+    return [p for p in checkpoint.PUBLISHED if p.name in chosen]
 
 
 def effective_url(url: str, base_url: Optional[str]) -> str:
@@ -103,7 +104,7 @@ def effective_url(url: str, base_url: Optional[str]) -> str:
     return base_url.rstrip('/') + parts.path + (f'?{parts.query}' if parts.query else '')
 
 
-def format_table(entries: List[weights.PublishedCheckpoint], out: str,
+def format_table(entries: List[checkpoint.PublishedCheckpoint], out: str,
                  base_url: Optional[str]) -> str:
     """The ``--list`` table: one row per checkpoint, columns aligned."""
     header = ('name', 'file', 'input', 'top-1', 'pretrain', 'licence', 'sha256', 'url')
@@ -136,14 +137,14 @@ def markdown_table(entries) -> str:
     return '\n'.join(lines)
 
 
-def check_file(path: str, entry: weights.PublishedCheckpoint) -> str:
+def check_file(path: str, entry: checkpoint.PublishedCheckpoint) -> str:
     """Read ``path`` as ``init_cfg`` would and name its layout; raise CheckpointError when it
     is no checkpoint of ``entry``'s family."""
-    sd, _ = weights.extract_state_dict(weights.read_checkpoint(path, entry.family))
-    return weights.detect_format(sd, entry.family).name
+    sd, _ = checkpoint.extract_state_dict(checkpoint.read_checkpoint(path, entry.family))
+    return checkpoint.detect_format(sd, entry.family).name
 
 
-def fetch(entry: weights.PublishedCheckpoint, out: str, base_url: Optional[str],
+def fetch(entry: checkpoint.PublishedCheckpoint, out: str, base_url: Optional[str],
           force: bool, progress: Optional[bool]) -> str:
     """Download one checkpoint into ``out``; returns a one-line report. Raises
     ``CheckpointError`` (``hub.DownloadError`` for the download itself) on failure."""
@@ -157,7 +158,7 @@ def fetch(entry: weights.PublishedCheckpoint, out: str, base_url: Optional[str],
                 return (f"{dst}: already there, not the file at {url} (SHA-256 {found}); "
                         "kept (the authors' own file? --force replaces it)")
             if found != entry.sha256:
-                raise weights.CheckpointError(
+                raise checkpoint.CheckpointError(
                     f'{dst} is already there but its SHA-256 is {found}, not the published '
                     f'{entry.sha256}: --force downloads it again (from {url}).')
             return f'{dst}: already there, SHA-256 matches'
@@ -169,8 +170,8 @@ def fetch(entry: weights.PublishedCheckpoint, out: str, base_url: Optional[str],
         hub.download(url, unchecked, sha256=entry.sha256, progress=progress)
         try:
             layout = check_file(unchecked, entry)
-        except weights.CheckpointError as err:
-            raise weights.CheckpointError(
+        except checkpoint.CheckpointError as err:
+            raise checkpoint.CheckpointError(
                 f'{url} is not a {entry.family} checkpoint: {err}. Nothing was saved under '
                 f'{dst}.') from err
         os.replace(unchecked, dst)
@@ -204,7 +205,7 @@ def main(argv=None) -> int:
     for entry in args.entries:
         try:
             print(fetch(entry, args.out, args.base_url, args.force, progress), flush=True)
-        except weights.CheckpointError as err:  # hub.DownloadError is one too
+        except checkpoint.CheckpointError as err:  # hub.DownloadError is one too
             print(f'error: {entry.name}: {err}', file=sys.stderr, flush=True)
             failed.append(entry.name)
     if failed:

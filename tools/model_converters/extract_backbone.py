@@ -7,15 +7,13 @@ The output holds only the backbone's tensors in this project's layout, without `
 optimizer state or message hub, so ``init_cfg=dict(type='Pretrained', checkpoint=...)`` in any
 detection, segmentation or classification config loads it. If the run used EMA, MMEngine's
 ``EMAHook`` has already swapped the averaged weights into the checkpoint's ``state_dict``, so those
-are what is extracted. This is ``convert_weights.py`` (beside it) under the name the pretraining
-workflow looks for; it takes the same options.
+are what is extracted. The same command as ``convert_weights.py``, under the name the
+pretraining workflow looks for; it takes the same options.
 """
 import sys
 
-from cvt_mm.weights import convert_checkpoint as extract_backbone  # noqa: F401
-
-# The converter beside this file (a script's folder is on sys.path when it runs).
-from convert_weights import main
+import cvt_mm  # noqa: F401  (registers the layouts; MMEngine's checkpoint types load safely)
+from cvt_mm.checkpoint.convert import main
 
 if __name__ == '__main__':
     sys.exit(main(description=__doc__))

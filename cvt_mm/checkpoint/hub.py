@@ -4,10 +4,10 @@ A checkpoint may be named by an ``http://`` or ``https://`` URL wherever a path 
 ``init_cfg=dict(type='Pretrained', checkpoint=URL)`` in our backbones, ``load_from = URL`` in a
 config, ``tools/test.py CONFIG URL``. The file is downloaded once into the torch hub cache,
 ``torch.hub.get_dir()/checkpoints/`` (``$TORCH_HOME/hub/checkpoints``, where torch and MMEngine
-keep theirs), with a progress bar on a terminal, checked against its SHA-256 when
-``cvt_mm.weights.PUBLISHED`` knows it, and then read by
-:func:`cvt_mm.weights.read_checkpoint`: ``torch.load(weights_only=True)`` or
-safetensors, never arbitrary unpickling.
+keep theirs), with a progress bar on a terminal, checked against the SHA-256 its caller
+expects (:func:`cvt_mm.checkpoint.read_checkpoint` passes the one
+:data:`~cvt_mm.checkpoint.published.PUBLISHED` lists), and then read safely by the caller.
+This layer knows URLs and bytes, not formats or published files.
 
 Downloads are atomic: the bytes go to ``<name>.<pid>.<random>.part`` in the cache folder, are
 flushed to disk, checked (length against ``Content-Length``, SHA-256, not an HTML page) and only
@@ -15,13 +15,13 @@ then renamed to ``<name>``. An interrupted or wrong download raises :class:`Down
 the URL, what was expected and what arrived, and leaves nothing under the final name. A file
 lock serialises processes (DDP ranks) that ask for the same file, so it is fetched once.
 
-Importing this module (``import cvt_mm`` does) replaces MMEngine's loader for the
-``http://``/``https://`` scheme (``load_from``, ``Pretrained`` init of any module) by
-:func:`load_from_http`, which goes through the same cache, checks and safe reading.
+The pieces were kept hand-written after comparing ``torch.hub.download_url_to_file``: it has
+no timeout (a stalled connection waits forever) and does not fsync the file before the
+rename; :mod:`filelock` and :mod:`tqdm` are used as they are.
 
 Example::
 
-    >>> from cvt_mm.hub import cached_download
+    >>> from cvt_mm.checkpoint.hub import cached_download
     >>> path = cached_download(
     ...     'https://github.com/ggjy/CMT.pytorch/releases/download/release-v1/cmt_small.pth')
     >>> path  # downloaded the first time, reused afterwards
@@ -42,10 +42,10 @@ from typing import Optional
 
 import torch
 
-from .weights import CheckpointError, published_for_url, sniff_file
+from .io import CheckpointError, sniff_file
 
 __all__ = ['DownloadError', 'URL_SCHEMES', 'is_url', 'cache_dir', 'cache_name', 'sha256_of',
-           'download', 'cached_download', 'load_from_http']
+           'download', 'cached_download']
 
 URL_SCHEMES = ('http://', 'https://')
 _CHUNK = 1 << 20
@@ -296,9 +296,8 @@ def cached_download(url: str, sha256: Optional[str] = None, file_name: Optional[
 
     Args:
         url (str): an ``http://`` or ``https://`` URL.
-        sha256 (str, optional): the expected hex SHA-256. Defaults to None: the one
-            ``cvt_mm.weights.PUBLISHED`` lists for this URL, if any. Checked on download
-            and on every later use of the cached file.
+        sha256 (str, optional): the expected hex SHA-256, checked on download and on every
+            later use of the cached file. Defaults to None (not checked).
         file_name (str, optional): the name in the cache. Defaults to :func:`cache_name`.
         progress (bool, optional): progress bar; defaults to None (only on a terminal).
         folder (str, optional): the cache folder. Defaults to :func:`cache_dir`.
@@ -316,9 +315,6 @@ def cached_download(url: str, sha256: Optional[str] = None, file_name: Optional[
     if not is_url(url):
         raise DownloadError(f'cannot download {url!r}: only http:// and https:// URLs are '
                             'downloaded')
-    if sha256 is None:
-        entry = published_for_url(url)
-        sha256 = entry.sha256 if entry else None
     folder = folder or cache_dir()
     path = os.path.join(folder, file_name or cache_name(url))
     try:
@@ -342,32 +338,3 @@ def cached_download(url: str, sha256: Optional[str] = None, file_name: Optional[
                     f'{sha256.lower()}: it was not written by this downloader, or was changed '
                     'since. Delete it to download the file again.')
     return path
-
-
-def load_from_http(filename: str, map_location=None) -> dict:
-    """MMEngine's ``http://``/``https://`` checkpoint loader, replaced.
-
-    MMEngine's own loader is ``torch.hub.load_state_dict_from_url``, which unpickles with
-    ``weights_only=False`` (a downloaded file could run arbitrary code), checks neither the
-    length of what arrived nor our SHA-256s, and caches HF files of different repositories
-    under one name. This one goes through :func:`cached_download` and
-    :func:`~cvt_mm.weights.read_checkpoint`, so ``load_from = URL`` and
-    ``tools/test.py CONFIG URL`` get the cache, the checks and safe reading. Tensors are
-    loaded on the CPU; ``map_location`` is accepted for MMEngine's signature (loading into
-    the model copies them to its device).
-
-    Example::
-
-        >>> from mmengine.runner import load_checkpoint
-        >>> load_checkpoint(model, 'https://example.org/epoch_12.pth')  # comes here
-    """
-    from .weights import read_checkpoint
-    return read_checkpoint(filename)
-
-
-def _register_with_mmengine() -> None:
-    from mmengine.runner.checkpoint import CheckpointLoader
-    CheckpointLoader.register_scheme(prefixes=URL_SCHEMES, loader=load_from_http, force=True)
-
-
-_register_with_mmengine()

@@ -1,0 +1,481 @@
+"""Benchmarks of backbones, detector training iterations and classification training steps:
+work, time, speed and peak memory, each case in its own process so its peak memory is its
+own. ``tools/analysis_tools/benchmark.py`` is the command line; ``make gpu-check`` reuses the
+timer and the memory reading.
+
+One timer (:func:`time_steps`: wall seconds per call, the GPU synchronised) and one memory
+unit (GiB: :func:`peak_memory_gib`, the process's peak resident set on the CPU, PyTorch's
+peak allocation on a GPU) for everything.
+
+Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
+
+* ``backbone``: a backbone per input size, mode (``infer``: eval forward under
+  ``torch.no_grad()``; ``train``: forward, then backward of the sum of the outputs' means) and
+  attention path; ``--compile`` adds ``torch.compile`` (inductor) for the train cases, its
+  compilation reported apart.
+* ``train-iter``: one Mask R-CNN training iteration (CvT-13, CMT-S and MMDetection's own
+  Swin-T, side by side): ``fwd s`` is data preprocessing, forward and losses, ``bwd s`` the
+  backward and the optimizer step; the ratios to Swin-T's time and work.
+* ``cls-step``: ``model.train_step`` of a classification config at its training resolution,
+  with the config's batch augmentations, loss and optimizer.
+
+Per case: ``GFLOP`` counted by :func:`cvt_mm.flops.count_flops` in one untimed pass (a
+multiply-add is 2 FLOPs; attention included; mmcv's RoIAlign and the like not counted),
+the median time over the timed runs after the warm-up, ``GFLOP/s`` = work over time, and
+``--profile N`` the N operators with the most self CPU time, forward and backward apart.
+Every run first prints the machine's own fp32 GEMM rate and memory bandwidth, to read the
+numbers against (machines of one kind differ by up to 2x).
+
+Example::
+
+    python tools/analysis_tools/benchmark.py backbone --model "dict(type='CMT', arch='s')" \\
+        --sizes 800x1333 --modes infer train --profile 12
+    python tools/analysis_tools/benchmark.py train-iter --models cvt13 swin_t --iters 2
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import os.path as osp
+import resource
+import statistics
+import subprocess
+import sys
+import time
+from typing import Callable, List, Optional
+
+import torch
+
+__all__ = ['time_steps', 'peak_memory_gib', 'machine_rates', 'top_operators', 'case_env',
+           'backbone_case', 'train_iteration_case', 'classification_step_case', 'main',
+           'TRAIN_ITER_CONFIGS']
+
+REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+TRAIN_ITER_CONFIGS = {
+    'cvt13': ('Mask R-CNN CvT-13', 'configs/mask_rcnn_cvt13_coco.py'),
+    'cmt_s': ('Mask R-CNN CMT-S', 'configs/mask_rcnn_cmt_s_coco.py'),
+    'swin_t': ('Mask R-CNN Swin-T (mmdet)', 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'),
+}
+
+
+# ------------------------------------------------------------------------- measuring
+def time_steps(step: Callable[[], object], warmup: int, runs: int,
+               device: str = 'cpu') -> List[float]:
+    """Wall seconds of each of ``runs`` calls of ``step`` after ``warmup`` untimed ones (the
+    GPU synchronised around each timed call on ``'cuda'``).
+
+    Example::
+
+        >>> times = time_steps(lambda: model(x), warmup=1, runs=3)
+        >>> statistics.median(times)
+    """
+    cuda = device == 'cuda'
+    times = []
+    for i in range(warmup + runs):
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        step()
+        if cuda:
+            torch.cuda.synchronize()
+        if i >= warmup:
+            times.append(time.perf_counter() - start)
+    return times
+
+
+def peak_memory_gib(device: str = 'cpu') -> float:
+    """Peak memory so far in GiB: the process's maximum resident set (interpreter,
+    libraries and weights included) on the CPU, PyTorch's peak allocation on ``'cuda'``."""
+    if device == 'cuda':
+        return torch.cuda.max_memory_allocated() / 2 ** 30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
+
+
+def machine_rates(threads: int) -> dict:
+    """This machine's limits, measured now: fp32 GEMM GFLOP/s (2048^3, best of 3) and the
+    memory bandwidth of a 256 MiB copy (GB/s read + written, best of 3). A model's GFLOP/s
+    are read against the first; element-wise operators are bound by the second."""
+    torch.set_num_threads(threads)
+    a, b = torch.randn(2048, 2048), torch.randn(2048, 2048)
+    src, dst = torch.randn(2 ** 26), torch.empty(2 ** 26)
+    gemm = [2 * 2048 ** 3 / t / 1e9 for t in time_steps(lambda: torch.mm(a, b), 0, 3)]
+    copy = [2 * src.numel() * 4 / t / 1e9 for t in time_steps(lambda: dst.copy_(src), 0, 3)]
+    return dict(gemm_gflops_per_s=max(gemm), copy_gb_per_s=max(copy))
+
+
+def top_operators(fn: Callable[[], object], count: int) -> str:
+    """``torch.profiler``'s table of the ``count`` operators with the most self CPU time."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+    return prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=count,
+                                     max_name_column_width=48)
+
+
+def case_env(no_thp: bool) -> dict:
+    """The environment of a case: as tools/train.py runs, with huge pages for large CPU
+    tensors, unless ``no_thp``."""
+    env = dict(os.environ)
+    env.pop('THP_MEM_ALLOC_ENABLE', None)
+    if not no_thp:
+        env['THP_MEM_ALLOC_ENABLE'] = '1'
+    return env
+
+
+def _default_threads() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, 'sched_getaffinity') else os.cpu_count()
+
+
+# ------------------------------------------------------------------------- cases
+def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compiled: bool,
+                  warmup: int, runs: int, threads: int, profile: int = 0) -> dict:
+    """One backbone case (run inside its own process): see the module doc."""
+    from cvt_mm.flops import count_flops
+    from cvt_mm.registry import MODELS
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    model = MODELS.build(dict(model_cfg, use_sdpa=path == 'sdpa'))
+    model.init_weights()
+    model.train(mode == 'train')
+    x = torch.randn(batch, getattr(model, 'in_channels', 3), *size)
+    model_gib = peak_memory_gib()
+    net = torch.compile(model) if compiled else model
+
+    def forward():
+        if mode == 'infer':
+            with torch.no_grad():
+                return net(x)
+        return net(x)
+
+    def backward(outs):
+        if mode == 'train':
+            sum(o.float().mean() for o in outs).backward()
+            model.zero_grad(set_to_none=True)
+
+    result = dict(compile_s=None)
+    if compiled:  # the first call compiles: reported apart from the steady-state times
+        result['compile_s'] = time_steps(lambda: backward(forward()), 0, 1)[0]
+    held = {}
+    fwd_times = time_steps(lambda: held.update(outs=forward()), warmup, runs) if \
+        mode == 'infer' else None
+    if mode == 'train':  # forward and backward timed apart, on the same outputs
+        fwd_times, bwd_times = [], []
+        for i in range(warmup + runs):
+            forward_s = time_steps(lambda: held.update(outs=forward()), 0, 1)[0]
+            backward_s = time_steps(lambda: backward(held.pop('outs')), 0, 1)[0]
+            if i >= warmup:
+                fwd_times.append(forward_s)
+                bwd_times.append(backward_s)
+    held.clear()
+    fwd_flops = count_flops(forward)  # infer: under no_grad, as timed
+    total_flops = count_flops(lambda: backward(forward())) if mode == 'train' else fwd_flops
+    result.update(fwd_s=statistics.median(fwd_times),
+                  bwd_s=statistics.median(bwd_times) if mode == 'train' else None,
+                  gflop=total_flops.gflops, fwd_gflop=fwd_flops.gflops,
+                  attention_share=fwd_flops.attention_share(), peak_gib=peak_memory_gib(),
+                  model_gib=model_gib)
+    result['gflops_per_s'] = result['gflop'] / (result['fwd_s'] + (result['bwd_s'] or 0))
+    if profile:
+        result['profile_forward'] = top_operators(lambda: held.update(outs=forward()),
+                                                  profile)
+        if mode == 'train':
+            result['profile_backward'] = top_operators(lambda: backward(held.pop('outs')),
+                                                       profile)
+    return result
+
+
+def train_iteration_case(config: str, size, iters: int, threads: int, profile: int = 0) -> dict:
+    """One Mask R-CNN training iteration of ``config`` (run inside its own process): batch
+    1, a random picture with five boxes and masks, random backbone weights; one warm-up
+    iteration, then ``iters`` timed."""
+    from mmengine.optim import build_optim_wrapper
+
+    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch
+    from cvt_mm.flops import count_flops
+
+    torch.set_num_threads(threads)
+    torch.manual_seed(0)
+    cfg = load_config(config if '::' in config else osp.join(REPO, config))
+    model = build_model_from_config(cfg)
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    batch = synthetic_batch(model, batch_size=1, height=size[0], width=size[1], num_objects=5)
+
+    # MMEngine's BaseModel.train_step, split where the backward starts.
+    def forward():
+        with optim_wrapper.optim_context(model):
+            data = model.data_preprocessor(batch, True)
+            return model.parse_losses(model._run_forward(data, mode='loss'))
+
+    held = {}
+    fwd, bwd = [], []
+    for i in range(iters + 1):  # the first iteration warms up allocators and caches
+        forward_s = time_steps(lambda: held.update(out=forward()), 0, 1)[0]
+        backward_s = time_steps(lambda: optim_wrapper.update_params(held['out'][0]), 0, 1)[0]
+        if i:
+            fwd.append(forward_s)
+            bwd.append(backward_s)
+    loss = float(held.pop('out')[1]['loss'])
+    work = count_flops(lambda: optim_wrapper.update_params(forward()[0]))
+    result = dict(fwd_s=statistics.median(fwd), bwd_s=statistics.median(bwd),
+                  gflop=work.gflops, peak_gib=peak_memory_gib(), loss=loss,
+                  params_m=sum(p.numel() for p in model.parameters()) / 1e6)
+    if profile:
+        result['profile_forward'] = top_operators(lambda: held.update(out=forward()), profile)
+        result['profile_backward'] = top_operators(
+            lambda: optim_wrapper.update_params(held.pop('out')[0]), profile)
+    return result
+
+
+def _train_resolution(cfg) -> int:
+    for t in cfg.train_dataloader.dataset.pipeline:
+        if t['type'] == 'RandomResizedCrop':
+            return int(t['scale'])
+    raise ValueError('the config has no RandomResizedCrop in its training pipeline; '
+                     'pass --size')
+
+
+def classification_step_case(config: str, batch_size: int, size: Optional[int], warmup: int,
+                             iters: int) -> dict:
+    """``model.train_step`` of a classification config (preprocessing with the config's
+    Mixup/CutMix, forward, loss, backward, optimizer step) on a synthetic batch at the
+    config's training resolution. Image decoding and per-image augmentations, which run in
+    dataloader workers, are not included."""
+    from mmengine.optim import build_optim_wrapper
+
+    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch
+
+    if batch_size < 1 or iters < 1 or warmup < 0:
+        raise ValueError(f'need batch_size >= 1, iters >= 1, warmup >= 0; got {batch_size}, '
+                         f'{iters}, {warmup}')
+    cfg = load_config(config)
+    size = size or _train_resolution(cfg)
+    torch.manual_seed(0)
+    model = build_model_from_config(cfg)
+    optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
+    data = synthetic_batch(model, batch_size, size, size, task='mmpretrain')
+    held = {}
+    times = time_steps(lambda: held.update(losses=model.train_step(data, optim_wrapper)),
+                       warmup, iters)
+    loss = sum(v.item() for k, v in held['losses'].items() if 'loss' in k)
+    return dict(size=size, median=statistics.median(times), min=min(times), max=max(times),
+                loss=loss, peak_gib=peak_memory_gib())
+
+
+# ------------------------------------------------------------------------- command line
+def _parse_size(text: str):
+    try:
+        h, w = (int(v) for v in text.lower().split('x'))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f'size must look like 224x224 (HxW), got {text!r}')
+    if h <= 0 or w <= 0:
+        raise argparse.ArgumentTypeError(f'size must be positive, got {text!r}')
+    return h, w
+
+
+def _parse_model(text: str) -> dict:
+    """A ``dict(...)`` or ``{...}`` literal of plain values (no names other than dict)."""
+    try:
+        cfg = eval(text, {'__builtins__': {}, 'dict': dict, 'True': True, 'False': False,
+                          'None': None})
+    except Exception as err:  # noqa: BLE001 - any parse failure is the user's input
+        raise argparse.ArgumentTypeError(f'cannot parse --model {text!r}: {err}')
+    if not isinstance(cfg, dict) or 'type' not in cfg:
+        raise argparse.ArgumentTypeError(f'--model must be a dict with a type, got {text!r}')
+    return cfg
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog='benchmark.py', description='Work, time, speed and peak memory of backbones, '
+        'Mask R-CNN training iterations and classification training steps.')
+    sub = parser.add_subparsers(dest='command', required=True)
+
+    b = sub.add_parser('backbone', help='a backbone per size, mode and attention path')
+    b.add_argument('--model', required=True, type=_parse_model,
+                   help='backbone config, e.g. "dict(type=\'CvT\', arch=\'13\')"')
+    b.add_argument('--sizes', nargs='+', type=_parse_size, default=[(224, 224)],
+                   help='input sizes HxW')
+    b.add_argument('--batch', type=int, default=1)
+    b.add_argument('--modes', nargs='+', choices=('infer', 'train'), default=['infer'],
+                   help='infer: eval forward without grad; train: forward + backward')
+    b.add_argument('--paths', nargs='+', choices=('sdpa', 'reference'), default=['sdpa'],
+                   help='attention paths (reference: the plain formula, for comparison)')
+    b.add_argument('--compile', action='store_true',
+                   help='also time train cases under torch.compile (inductor)')
+    b.add_argument('--warmup', type=int, default=1)
+    b.add_argument('--runs', type=int, default=3)
+    b.add_argument('--threads', type=int, default=_default_threads())
+
+    t = sub.add_parser('train-iter', help='one Mask R-CNN training iteration, beside Swin-T')
+    t.add_argument('--models', nargs='+', choices=tuple(TRAIN_ITER_CONFIGS),
+                   default=list(TRAIN_ITER_CONFIGS))
+    t.add_argument('--size', type=int, nargs=2, default=(800, 1333), metavar=('H', 'W'),
+                   help='image size (default: 800 1333)')
+    t.add_argument('--threads', type=int, default=2, help='torch CPU threads')
+    t.add_argument('--iters', type=int, default=2, help='timed iterations (after 1 warm-up)')
+
+    c = sub.add_parser('cls-step', help='a classification training step')
+    c.add_argument('configs', nargs='+', help='classification config files')
+    c.add_argument('--batch-size', type=int, default=8)
+    c.add_argument('--size', type=int, help="input size (default: the config's crop)")
+    c.add_argument('--warmup', type=int, default=1, help='untimed iterations first')
+    c.add_argument('--iters', type=int, default=5, help='timed iterations')
+    for p in (b, t):
+        p.add_argument('--profile', type=int, default=0, metavar='N',
+                       help='print the N operators with the most self CPU time per case')
+        p.add_argument('--no-thp', action='store_true', help='without THP_MEM_ALLOC_ENABLE=1 '
+                       '(huge pages; tools/train.py sets it)')
+        p.add_argument('--json', help='also write the results to this file')
+        p.add_argument('--case', help=argparse.SUPPRESS)  # internal: run one case
+    return parser
+
+
+def _run_case(argv: List[str], case, no_thp: bool) -> subprocess.CompletedProcess:
+    """``argv`` with ``--case`` in a fresh process (``python -m cvt_mm.benchmark``)."""
+    return subprocess.run([sys.executable, '-m', 'cvt_mm.benchmark', *argv, '--case',
+                           json.dumps(case)], capture_output=True, text=True,
+                          env=case_env(no_thp), cwd=REPO)
+
+
+def _print_machine(threads: int, no_thp: bool) -> dict:
+    rates = machine_rates(threads)
+    print(f'this machine now: fp32 GEMM {rates["gemm_gflops_per_s"]:.0f} GFLOP/s, memory copy '
+          f'{rates["copy_gb_per_s"]:.1f} GB/s; THP_MEM_ALLOC_ENABLE={0 if no_thp else 1}; '
+          f'{threads} threads; load average '
+          f'{" ".join(f"{v:.2f}" for v in os.getloadavg())}', flush=True)
+    return rates
+
+
+def _failure(proc: subprocess.CompletedProcess) -> str:
+    if proc.returncode in (-9, 137):
+        return 'killed (likely out of memory)'
+    return ' '.join(proc.stderr.strip().splitlines()[-1:])
+
+
+def _backbone(args) -> int:
+    common = ['backbone', '--model', repr(args.model), '--batch', str(args.batch), '--warmup',
+              str(args.warmup), '--runs', str(args.runs), '--threads', str(args.threads),
+              '--profile', str(args.profile)]
+    if args.case:
+        size, path, mode, compiled = json.loads(args.case)
+        print(json.dumps(backbone_case(args.model, size, args.batch, mode, path, compiled,
+                                       args.warmup, args.runs, args.threads, args.profile)))
+        return 0
+    cases = [(size, path, mode, False) for size in args.sizes for mode in args.modes
+             for path in args.paths]
+    if args.compile:
+        cases += [(size, path, 'train', True) for size in args.sizes for path in args.paths]
+    print(f'model: {args.model}  batch: {args.batch}')
+    rates = _print_machine(args.threads, args.no_thp)
+    header = (f'{"size":>9} {"path":>9} {"mode":>13} {"GFLOP":>8} {"fwd s":>7} {"bwd s":>7} '
+              f'{"GFLOP/s":>8} {"peak GiB":>9} {"model GiB":>10}')
+    results, lines = [], [header]
+    print(header, flush=True)
+    for size, path, mode, compiled in cases:
+        label, mode_label = f'{size[0]}x{size[1]}', mode + (' compiled' if compiled else '')
+        proc = _run_case(common, [size, path, mode, compiled], args.no_thp)
+        if proc.returncode != 0:
+            lines.append(f'{label:>9} {path:>9} {mode_label:>13} failed: exit '
+                         f'{proc.returncode}, {_failure(proc)}')
+            print(lines[-1], flush=True)
+            continue
+        res = json.loads(proc.stdout.strip().splitlines()[-1])
+        res.update(size=label, path=path, mode=mode, compiled=compiled)
+        results.append(res)
+        bwd = f'{res["bwd_s"]:7.2f}' if res['bwd_s'] is not None else f'{"-":>7}'
+        lines.append(f'{label:>9} {path:>9} {mode_label:>13} {res["gflop"]:8.1f} '
+                     f'{res["fwd_s"]:7.2f} {bwd} {res["gflops_per_s"]:8.1f} '
+                     f'{res["peak_gib"]:9.2f} {res["model_gib"]:10.2f}')
+        if compiled:
+            eager = next((r for r in results if r['size'] == label and r['path'] == path
+                          and r['mode'] == 'train' and not r['compiled']), None)
+            if eager:
+                res['speedup'] = (eager['fwd_s'] + eager['bwd_s']) / (res['fwd_s'] +
+                                                                      res['bwd_s'])
+                lines[-1] += (f'  (compiled in {res["compile_s"]:.0f} s; '
+                              f'{res["speedup"]:.2f}x eager)')
+        for part in ('forward', 'backward'):
+            if res.get(f'profile_{part}'):
+                print(f'{label} {path} {mode_label}: top operators, {part}\n'
+                      f'{res[f"profile_{part}"]}')
+        print(lines[-1], flush=True)
+    if args.profile:  # the table again, together, after the profiles
+        print('\n' + '\n'.join(lines))
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(dict(model=args.model, threads=args.threads, batch=args.batch,
+                           machine=rates, results=results), f, indent=1)
+    return 0
+
+
+def _train_iter(args) -> int:
+    if args.case:
+        print(json.dumps(train_iteration_case(json.loads(args.case), args.size, args.iters,
+                                              args.threads, args.profile)))
+        return 0
+    rates = _print_machine(args.threads, args.no_thp)
+    print(f'one training iteration, batch 1, {args.size[0]}x{args.size[1]}, median of '
+          f'{args.iters} after a warm-up')
+    results = {}
+    for key in args.models:
+        name, config = TRAIN_ITER_CONFIGS[key]
+        proc = _run_case(['train-iter', '--size', *map(str, args.size), '--iters',
+                          str(args.iters), '--threads', str(args.threads), '--profile',
+                          str(args.profile)], config, args.no_thp)
+        if proc.returncode:
+            raise RuntimeError(f'{config} failed ({_failure(proc)}):\n{proc.stderr[-3000:]}')
+        results[key] = r = json.loads(proc.stdout.strip().splitlines()[-1])
+        r.update(name=name, config=config, wall_s=r['fwd_s'] + r['bwd_s'])
+        r['gflops_per_s'] = r['gflop'] / r['wall_s']
+        for part in ('forward', 'backward'):
+            if r.get(f'profile_{part}'):
+                print(f'\n{name}: top operators, {part}\n{r[f"profile_{part}"]}', flush=True)
+    print(f'\n{"model":27s} {"params":>7s} {"GFLOP":>7s} {"fwd s":>6s} {"bwd s":>6s} '
+          f'{"wall s":>6s} {"GFLOP/s":>7s} {"peak GiB":>9s}  vs Swin-T: time, work')
+    ref = results.get('swin_t')
+    for key, r in results.items():
+        line = (f'{r["name"]:27s} {r["params_m"]:6.1f}M {r["gflop"]:7.0f} {r["fwd_s"]:6.1f} '
+                f'{r["bwd_s"]:6.1f} {r["wall_s"]:6.1f} {r["gflops_per_s"]:7.1f} '
+                f'{r["peak_gib"]:9.2f}')
+        if ref and key != 'swin_t':
+            r['time_ratio'] = r['wall_s'] / ref['wall_s']
+            r['work_ratio'] = r['gflop'] / ref['gflop']
+            line += f'  {r["time_ratio"]:.2f}, {r["work_ratio"]:.2f}'
+        print(line)
+    if args.json:
+        with open(args.json, 'w') as f:
+            json.dump(dict(size=args.size, threads=args.threads, iters=args.iters,
+                           machine=rates, results=results), f, indent=1)
+    return 0
+
+
+def _cls_step(args) -> int:
+    print(f'torch {torch.__version__}, {torch.get_num_threads()} CPU threads')
+    for config in args.configs:
+        r = classification_step_case(config, args.batch_size, args.size, args.warmup,
+                                     args.iters)
+        print(f'{osp.basename(config)}: batch {args.batch_size} x {r["size"]}x{r["size"]}: '
+              f'{r["median"]:.2f} s/iter median of {args.iters} '
+              f'(min {r["min"]:.2f}, max {r["max"]:.2f}); last loss {r["loss"]:.3f}; peak '
+              f'{r["peak_gib"]:.2f} GiB')
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command == 'backbone':
+        if args.warmup < 0 or args.runs < 1 or args.batch < 1 or args.profile < 0:
+            parser.error('--warmup and --profile must be >= 0, --runs and --batch >= 1')
+        return _backbone(args)
+    if args.command == 'train-iter':
+        if args.threads < 1 or args.iters < 1 or args.profile < 0 or min(args.size) < 64:
+            parser.error('--threads and --iters must be >= 1, --profile >= 0, --size >= 64')
+        return _train_iter(args)
+    return _cls_step(args)
+
+
+if __name__ == '__main__':
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""Checkpoint I/O in layers, each importing only those below it:
+
+==================  =======================================================================
+:mod:`.io`          reading weight files safely, writing files atomically (bottom)
+:mod:`.hub`         downloading a URL once into the torch hub cache, told the SHA-256
+:mod:`.published`   the table of published CvT and CMT ImageNet checkpoints (data only)
+:mod:`.formats`     checkpoint layouts recognised by their keys; families register theirs
+:mod:`.loading`     reading paths and URLs, loading into a model
+:mod:`.convert`     rewriting a checkpoint in our layout, and its command line (top)
+==================  =======================================================================
+
+Each backbone family's layouts and key-renaming rules live beside the backbone
+(``cvt_mm/models/cvt_converter.py``, ``cmt_converter.py``).
+
+Example::
+
+    >>> from cvt_mm.checkpoint import load_pretrained, read_checkpoint
+    >>> ckpt = read_checkpoint('checkpoints/cmt_small.pth', 'cmt')
+"""
+from .convert import convert_checkpoint
+from .formats import (
+    StateDict,
+    WeightFormat,
+    convert_state_dict,
+    detect_format,
+    extract_state_dict,
+    known_formats,
+    register_format,
+)
+from .hub import DownloadError, cached_download, is_url
+from .io import CheckpointError, read_local, sniff_file, write_atomically
+from .loading import (
+    arch_of,
+    checkpoint_misfit,
+    load_from_http,
+    load_pretrained,
+    read_checkpoint,
+)
+from .published import (
+    PUBLISHED,
+    PublishedCheckpoint,
+    download_hint,
+    published,
+    published_by_name,
+    published_for_url,
+)
+
+__all__ = ['StateDict', 'WeightFormat', 'convert_state_dict', 'detect_format',
+           'extract_state_dict', 'known_formats', 'register_format', 'DownloadError',
+           'cached_download', 'is_url', 'CheckpointError', 'read_local', 'sniff_file',
+           'write_atomically', 'arch_of', 'checkpoint_misfit', 'convert_checkpoint',
+           'load_from_http', 'load_pretrained', 'read_checkpoint', 'PUBLISHED',
+           'PublishedCheckpoint', 'download_hint', 'published', 'published_by_name',
+           'published_for_url']

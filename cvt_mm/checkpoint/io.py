@@ -1,0 +1,166 @@
+"""The bottom layer of checkpoint I/O: reading weight files safely, and writing files whole
+or not at all. It knows nothing of URLs, formats or published weights (the layers above).
+
+* :func:`read_local`: ``torch.load(weights_only=True)`` or safetensors; a file that is not a
+  readable weight file raises :class:`CheckpointError` saying what it is instead.
+* :func:`write_atomically`: through a temporary file in the same folder and a rename, so a
+  reader sees the previous file or the complete new one.
+
+Example::
+
+    >>> write_atomically(b'...', 'checkpoints/x.pth')
+    >>> read_local('checkpoints/x.pth', hint='Published at https://...')
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import os.path as osp
+import pickle
+import re
+import tempfile
+from pathlib import Path
+from typing import Optional, Union
+
+import torch
+
+__all__ = ['CheckpointError', 'sniff_file', 'read_local', 'write_atomically']
+
+
+class CheckpointError(RuntimeError):
+    """A checkpoint that cannot be read, or cannot be used for the model it was given to."""
+
+
+_ZIP_MAGIC = b'PK\x03\x04'  # torch.save's default (zip) format
+_PICKLE_PROTOCOL_BYTE = 0x80  # torch.save's legacy format: a pickle stream
+
+
+def sniff_file(path: str) -> str:
+    """What a file holds, from its first bytes: ``'empty'``, ``'html'``, ``'zip'``,
+    ``'pickle'``, ``'safetensors'`` or ``'unknown'``."""
+    with open(path, 'rb') as f:
+        head = f.read(1024)
+    if not head:
+        return 'empty'
+    text = head.lstrip()[:256].lower()
+    if text.startswith((b'<!doctype html', b'<html', b'<head', b'<?xml')) or b'<html' in text:
+        return 'html'
+    if head.startswith(_ZIP_MAGIC):
+        return 'zip'
+    if head[0] == _PICKLE_PROTOCOL_BYTE and len(head) > 1 and 2 <= head[1] <= 5:
+        return 'pickle'
+    # safetensors: an 8-byte little-endian header length, then the JSON header.
+    if len(head) > 8 and head[8:9] == b'{' and int.from_bytes(head[:8], 'little') < 100 << 20:
+        return 'safetensors'
+    return 'unknown'
+
+
+def _not_a_file_error(path: str, hint: str) -> CheckpointError:
+    if re.match(r'^[a-z][a-z0-9+.-]*://', path, re.I):  # http(s):// never gets here
+        return CheckpointError(
+            f'checkpoint {path} is a URL; download the file first and point to it by path '
+            '(only http:// and https:// URLs are downloaded, into the torch hub cache)'
+            f'{hint}')
+    if os.path.isdir(path):
+        inside = sorted(f for f in os.listdir(path)
+                        if f.endswith(('.pth', '.pt', '.bin', '.ckpt', '.safetensors')))
+        found = f' (weight files inside: {", ".join(inside[:8])})' if inside else \
+            ' (no .pth/.pt/.bin/.ckpt/.safetensors file inside)'
+        return CheckpointError(f'checkpoint {path} is a directory, not a file{found}; '
+                               'point to the weight file itself')
+    return CheckpointError(f'checkpoint file not found: {path}{hint}')
+
+
+def _unreadable_error(path: str, kind: str, err: Optional[Exception],
+                      hint: str) -> CheckpointError:
+    """The reason a file could not be read, in the user's terms; never advice to turn safe
+    loading off (torch's own message suggests ``weights_only=False``)."""
+    size = os.path.getsize(path)
+    hint = hint or '\nDownload it again from where it is published.'
+    if kind == 'empty':
+        return CheckpointError(f'checkpoint {path} is empty (0 bytes): an interrupted download '
+                               f'or copy left it; download it again.{hint}')
+    if kind == 'html':
+        return CheckpointError(
+            f'checkpoint {path} is an HTML page ({size} bytes), not a weight file: a download '
+            'from a sharing link (OneDrive, Google Drive, a release page) saved the web page '
+            'instead of the file. Open the link in a browser and use its download button, or '
+            f'a direct download link.{hint}')
+    if kind == 'unknown':
+        return CheckpointError(
+            f'checkpoint {path} ({size} bytes) is not a weight file: it is neither a torch.save '
+            'zip archive, nor a pickle, nor a safetensors file. Check that the download '
+            f'completed and that this is the file you meant.{hint}')
+    message = str(err)
+    if isinstance(err, pickle.UnpicklingError) or 'weights_only' in message:
+        found = re.search(r'GLOBAL ([\w.]+)', message)
+        what = f' ({found.group(1)})' if found else ''
+        return CheckpointError(
+            f'checkpoint {path} holds pickled Python objects{what} besides tensors, which safe '
+            'loading refuses: unpickling them could run arbitrary code. Use a weights-only '
+            'file (a state dict of tensors) from a source you trust, or a .safetensors file.')
+    if kind == 'zip' and ('central directory' in message or 'zip archive' in message):
+        return CheckpointError(f'checkpoint {path} ({size} bytes) is a truncated or damaged '
+                               f'torch zip archive: download it again.{hint}')
+    if isinstance(err, EOFError) or 'truncated' in message.lower():
+        return CheckpointError(f'checkpoint {path} ({size} bytes) ends too early ({kind} file '
+                               f'cut short): download it again.{hint}')
+    return CheckpointError(f'cannot read checkpoint {path} ({kind} file, {size} bytes): '
+                           f'{type(err).__name__}: {message}')
+
+
+def read_local(path: str, hint: str = '') -> dict:
+    """Read a local ``.pth``/``.pt``/``.bin``/``.ckpt`` file (safe unpickling) or a
+    ``.safetensors`` file.
+
+    A path that is not a readable weight file (missing, a URL, a directory, empty, an HTML
+    page, truncated, carrying pickled objects) raises :class:`CheckpointError` saying which of
+    these it is and what to do; ``hint`` (where such a file is published) is appended.
+
+    Args:
+        path (str): the file.
+        hint (str): text added to the errors. Defaults to ``''``.
+
+    Example::
+
+        >>> sd = read_local('work_dirs/run/epoch_12.pth')['state_dict']
+    """
+    if not isinstance(path, (str, os.PathLike)):
+        raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
+    path = os.fspath(path)
+    if not os.path.isfile(path):
+        raise _not_a_file_error(path, hint)
+    kind = sniff_file(path)
+    if kind in ('empty', 'html', 'unknown'):
+        raise _unreadable_error(path, kind, None, hint)
+    try:
+        if kind == 'safetensors' or path.endswith('.safetensors'):
+            from safetensors.torch import load_file
+            return dict(load_file(path, device='cpu'))
+        # DeiT/timm-style training scripts (CMT's among them) store their argparse Namespace
+        # beside the weights: a plain attribute bag, safe to rebuild.
+        with torch.serialization.safe_globals([argparse.Namespace]):
+            return torch.load(path, map_location='cpu', weights_only=True)
+    except Exception as err:  # noqa: BLE001 - re-raised with the path, the cause kept
+        raise _unreadable_error(path, kind, err, hint) from err
+
+
+def write_atomically(data: Union[bytes, str], filepath: Union[str, Path],
+                     encoding: str = 'utf-8') -> None:
+    """Write ``data`` to ``filepath`` through a temporary file in the same folder and a rename;
+    the folder is created if needed."""
+    filepath = os.fspath(filepath)
+    folder = osp.dirname(osp.abspath(filepath))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{osp.basename(filepath)}.', suffix='.part')
+    try:
+        with os.fdopen(fd, 'wb') as f:
+            f.write(data.encode(encoding) if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, filepath)
+    except BaseException:
+        if osp.exists(tmp):
+            os.remove(tmp)
+        raise

@@ -1,0 +1,215 @@
+"""Loading checkpoints into models, the top layer of checkpoint I/O: a path or URL in any
+known layout of a family, read safely (:mod:`.io`), downloaded and verified when a URL
+(:mod:`.hub`, told the SHA-256 from :mod:`.published`), recognised and renamed
+(:mod:`.formats`), then loaded with one behaviour for every layout:
+
+* a checkpoint of another architecture (tensors of another shape, parameters the file lacks
+  or keys the model lacks, outside the classifier head and our optional output norms) raises,
+  naming the keys and the architecture each side looks like; ``allow_partial=True`` loads what
+  fits instead and logs the rest by name;
+* a classifier head whose ``num_classes`` differs is skipped with a warning;
+* a model may adapt tensors whose shape legitimately depends on the input resolution (CMT's
+  relative position biases) through ``adapt_pretrained_state_dict``.
+
+Example::
+
+    >>> model = CMT(arch='s', num_classes=0)
+    >>> load_pretrained(model, 'checkpoints/cmt_small.pth', family='cmt')
+"""
+from __future__ import annotations
+
+import os
+import re
+from typing import Dict, List, Optional, Tuple
+
+import torch
+from mmengine.logging import MMLogger, print_log
+
+from .formats import StateDict, convert_state_dict, extract_state_dict
+from .hub import cached_download, is_url
+from .io import CheckpointError, read_local
+from .published import download_hint, published_for_url
+
+__all__ = ['read_checkpoint', 'load_from_http', 'arch_of', 'load_pretrained',
+           'checkpoint_misfit']
+
+
+def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
+    """Read a ``.pth``/``.pt``/``.bin``/``.ckpt`` (safe unpickling) or ``.safetensors`` file.
+
+    ``path`` may be an ``http://`` or ``https://`` URL: the file is downloaded once into the
+    torch hub cache and checked against its SHA-256 when :data:`~.published.PUBLISHED` knows
+    it (:mod:`.hub`), then read like a local file. A path that is not a readable weight file
+    (missing, another kind of URL, a directory, empty, an HTML page, truncated, carrying
+    pickled objects) raises :class:`~.io.CheckpointError` saying which of these it is and what
+    to do; a failed download raises its subclass :class:`~.hub.DownloadError`. ``family``
+    (``'cvt'``, ``'cmt'``) adds where that family's weights are published.
+
+    Example::
+
+        >>> ckpt = read_checkpoint('checkpoints/cmt_small.pth', 'cmt')
+        >>> ckpt = read_checkpoint('https://github.com/ggjy/CMT.pytorch/releases/download/'
+        ...                        'release-v1/cmt_small.pth', 'cmt')  # cached after the first
+    """
+    if isinstance(path, str) and is_url(path):
+        entry = published_for_url(path)
+        path = cached_download(path, sha256=entry.sha256 if entry else None)
+    return read_local(path, hint=download_hint(os.fspath(path), family)
+                      if isinstance(path, (str, os.PathLike)) else '')
+
+
+def load_from_http(filename: str, map_location=None) -> dict:
+    """MMEngine's ``http://``/``https://`` checkpoint loader, replaced (by
+    :mod:`cvt_mm.integration`).
+
+    MMEngine's own loader is ``torch.hub.load_state_dict_from_url``, which unpickles with
+    ``weights_only=False`` (a downloaded file could run arbitrary code), checks neither the
+    length of what arrived nor our SHA-256s, and caches HF files of different repositories
+    under one name. This one is :func:`read_checkpoint`, so ``load_from = URL`` and
+    ``tools/test.py CONFIG URL`` get the cache, the checks and safe reading. Tensors are
+    loaded on the CPU; ``map_location`` is accepted for MMEngine's signature (loading into
+    the model copies them to its device).
+
+    Example::
+
+        >>> from mmengine.runner import load_checkpoint
+        >>> load_checkpoint(model, 'https://example.org/epoch_12.pth')  # comes here
+    """
+    return read_checkpoint(filename)
+
+
+# Keys a backbone may lack in a checkpoint or ignore from it without being the wrong model:
+# the classifier head (absent in headless files, different class count) and our optional
+# output norms for dense heads (no official file has them).
+_OPTIONAL_PREFIXES = ('out_norms.', )
+
+
+def arch_of(sd: StateDict, arch_zoo: Dict[str, dict], family: str) -> str:
+    """Name the architecture a state dict in our layout looks like: ``'CvT-13'``, or
+    ``'a custom arch (depths [...], embed_dims [...])'`` when no zoo entry matches."""
+    depths: Dict[int, int] = {}
+    dims: Dict[int, int] = {}
+    for key, value in sd.items():
+        block = re.match(r'stages\.(\d+)\.blocks\.(\d+)\.', key)
+        if block:
+            stage, index = int(block.group(1)), int(block.group(2))
+            depths[stage] = max(depths.get(stage, 0), index + 1)
+        embed = re.match(r'stages\.(\d+)\.patch_embed\.proj\.weight$', key)
+        if embed:
+            dims[int(embed.group(1))] = value.shape[0]
+    stages = sorted(set(depths) | set(dims))
+    found_depths = [depths.get(i, 0) for i in stages]
+    found_dims = [dims.get(i, 0) for i in stages]
+    label = {'cvt': 'CvT', 'cmt': 'CMT'}.get(family, family)
+    for name, spec in arch_zoo.items():
+        if list(spec['depths']) == found_depths and list(spec['embed_dims']) == found_dims:
+            return f'{label}-{name.upper() if family == "cmt" else name}'
+    return f'a custom {label} arch (depths {found_depths}, embed_dims {found_dims})'
+
+
+def load_pretrained(model: torch.nn.Module, path: str, family: str,
+                    prefix: Optional[str] = None,
+                    head_prefixes: Tuple[str, ...] = ('head.', ),
+                    allow_partial: bool = False,
+                    logger: Optional[MMLogger] = None) -> None:
+    """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc).
+
+    A checkpoint of another architecture (keys the model lacks, or model parameters the
+    checkpoint lacks, outside the classifier head and our optional output norms) raises
+    :class:`CheckpointError` naming both architectures, unless ``allow_partial`` (then the
+    parts that fit are loaded, the rest keeps its initialisation, and the keys are logged).
+    """
+    logger = logger or MMLogger.get_current_instance()
+    sd, dropped = extract_state_dict(read_checkpoint(path, family), prefix)
+    sd, fmt_name = convert_state_dict(sd, family)
+    if hasattr(model, 'adapt_pretrained_state_dict'):
+        sd = model.adapt_pretrained_state_dict(sd)
+
+    own = model.state_dict()
+    skipped_head, mismatched = [], []
+    for key in list(sd):
+        if key in own and own[key].shape != sd[key].shape:
+            if key.startswith(head_prefixes):
+                skipped_head.append(f'{key} (checkpoint {tuple(sd[key].shape)}, '
+                                    f'model {tuple(own[key].shape)})')
+                del sd[key]
+            else:
+                mismatched.append(f'{key}: checkpoint {tuple(sd[key].shape)} vs model '
+                                  f'{tuple(own[key].shape)}')
+    tolerated = tuple(head_prefixes) + _OPTIONAL_PREFIXES
+
+    def matters(key: str) -> bool:  # BN's step counter: absent from some published files
+        return not key.startswith(tolerated) and not key.endswith('num_batches_tracked')
+
+    missing = sorted(filter(matters, set(own) - set(sd)))
+    unused = sorted(filter(matters, set(sd) - set(own)))
+    if (mismatched or missing or unused) and not allow_partial:
+        zoo = getattr(type(model), 'arch_zoo', {})
+        listed = '; '.join(
+            f'{len(items)} {what}: {", ".join(items[:3])}{", ..." if len(items) > 3 else ""}'
+            for what, items in (('tensors of another shape', mismatched),
+                                ('model parameters not in the file', missing),
+                                ('keys of the file the model lacks', unused)) if items)
+        raise CheckpointError(
+            f'{path} ({fmt_name}) does not fit the model: {listed}. The checkpoint looks like '
+            f'{arch_of(sd, zoo, family)}; the model is {arch_of(own, zoo, family)}. Use the '
+            "checkpoint of the model's architecture, or load what fits on purpose with "
+            "init_cfg=dict(type='Pretrained', checkpoint=..., allow_partial=True).")
+    if mismatched:  # allow_partial: keep the model's own values for these
+        for item in mismatched:
+            del sd[item.split(':')[0]]
+        print_log(f'allow_partial: {len(mismatched)} tensors of another shape not loaded: '
+                  + '; '.join(mismatched), logger=logger, level=30)
+    result = model.load_state_dict(sd, strict=False)
+    print_log(f'Loaded {type(model).__name__} weights from {path} (format: {fmt_name}, '
+              f'{len(sd)} tensors)', logger=logger)
+    if skipped_head:
+        print_log('Skipped the classifier head (different num_classes): '
+                  + ', '.join(skipped_head), logger=logger, level=30)
+    if result.missing_keys:
+        print_log(f'Missing keys ({len(result.missing_keys)}): '
+                  f'{", ".join(result.missing_keys)}', logger=logger, level=30)
+    if result.unexpected_keys:
+        print_log(f'Unused keys ({len(result.unexpected_keys)}): '
+                  f'{", ".join(result.unexpected_keys)}', logger=logger, level=30)
+
+
+def _listed(items: List[str], limit: int = 3) -> str:
+    return ', '.join(items[:limit]) + (', ...' if len(items) > limit else '')
+
+
+def checkpoint_misfit(model: torch.nn.Module, path: str) -> Optional[str]:
+    """How the MMEngine checkpoint at ``path`` fails to fit the whole ``model`` (detector,
+    segmentor or classifier), or ``None`` when every parameter and buffer is in it with the
+    model's shape. For tools that load a trained model (``tools/test.py``, the image demo),
+    where MMEngine's non-strict loading would otherwise evaluate a partly random model.
+    """
+    ckpt = read_checkpoint(path)
+    sd = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else {}
+    sd = {re.sub(r'^module\.', '', k): v for k, v in sd.items() if isinstance(v, torch.Tensor)}
+    own = model.state_dict()
+
+    def matters(key: str) -> bool:
+        return not key.endswith('num_batches_tracked')
+
+    missing = sorted(filter(matters, set(own) - set(sd)))
+    mismatched = sorted(f'{k}: checkpoint {tuple(sd[k].shape)} vs model {tuple(own[k].shape)}'
+                        for k in set(own) & set(sd) if sd[k].shape != own[k].shape)
+    if not missing and not mismatched:
+        return None
+    parts = []
+    if missing:
+        parts.append(f'{len(missing)} of the model\'s {len(own)} parameters and buffers are not '
+                     f'in it ({_listed(missing)})')
+    if mismatched:
+        parts.append(f'{len(mismatched)} have another shape ({_listed(mismatched)})')
+    hint = ''
+    if missing and all(not k.startswith('backbone.') for k in sd) and \
+            any(k.startswith('backbone.') for k in own):
+        hint = (' It holds no backbone.* keys: a backbone-only file initialises a backbone '
+                "through init_cfg=dict(type='Pretrained', checkpoint=...); evaluate the "
+                "checkpoint of a trained model instead.")
+    elif mismatched and any('cls' in m or 'logits' in m or 'head' in m for m in mismatched):
+        hint = (' A head of another shape usually means another number of classes: use the '
+                'config the checkpoint was trained with.')
+    return f'{path} does not fit the model: ' + '; '.join(parts) + '.' + hint

@@ -1,0 +1,207 @@
+"""What ``import cvt_mm`` changes outside this package, and why: the one place.
+
+The modules of :mod:`cvt_mm.models`, :mod:`cvt_mm.engine` and :mod:`cvt_mm.checkpoint` only
+define things and register them in MMEngine's registries. Every change outside the package is
+made here, by :func:`apply`, which ``import cvt_mm`` calls first (the configs'
+``custom_imports`` and the tools import it; importing any submodule imports the package
+first), each change once:
+
+1. **MMPretrain's model imports**: ``dependency.WITH_MULTIMODAL = False`` when transformers
+   >= 5 is installed, before ``mmpretrain.models`` loads. Beside transformers 5 its multimodal
+   models fail to import, and with them every classifier and MMPretrain's registry scope.
+2. **torch's safe unpickler**: MMEngine's ``HistoryBuffer`` and numpy's array and scalar
+   types are allow-listed, so ``--resume`` works under torch >= 2.6 without turning safe
+   loading off (``weights_only=False``) for every file.
+3. **MMEngine's** ``HistoryBuffer`` pickles without its default statistics methods (re-added
+   when unpickled): they pickle as ``getattr``, which safe loading must keep refusing.
+4. **MMEngine's local storage backend** writes through a temporary file and a rename
+   (:class:`~cvt_mm.engine.fileio.AtomicLocalBackend`): a run killed while saving left a
+   truncated checkpoint under the final name, which ``--resume`` then picked.
+5. **MMEngine's** ``http(s)://`` **checkpoint loader** becomes
+   :func:`~cvt_mm.checkpoint.loading.load_from_http` (cached, verified, safe reading):
+   MMEngine's unpickles downloads with ``weights_only=False``.
+6. **MMPretrain's inferencers** build their test pipeline in MMPretrain's registry scope, as
+   they already build their model: MMDetection's and MMSegmentation's inferencers leave the
+   process's one default scope at ``mmdet``/``mmseg``, and an ``ImageClassificationInferencer``
+   built afterwards looked its transforms up there (``KeyError: 'ResizeEdge is not in the
+   mmdet::transform registry'``, or ``Resize`` of the wrong toolbox). Built alone, or with
+   MMPretrain's scope current, they build what they built before (docs/python_api.md).
+7. **Interpreter exit**: daemonic child processes that ignore SIGTERM are sent SIGKILL
+   (:func:`~cvt_mm.engine.data.kill_guarded_children`): guarded data workers ignore the
+   SIGTERM with which Python ends them, and the exit would wait for them forever.
+
+Example::
+
+    import cvt_mm  # applies the table above (idempotent)
+"""
+from __future__ import annotations
+
+import atexit
+import functools
+import sys
+from importlib import metadata
+
+import numpy as np
+import torch
+from mmengine.registry import DefaultScope
+
+__all__ = ['apply', 'keep_mmpretrain_importable', 'allow_mmengine_checkpoints',
+           'scope_mmpretrain_inferencers']
+
+_applied = False
+
+
+# ------------------------------------------------------------------------ MMPretrain
+def _major(version: str) -> int:
+    head = version.split('.')[0]
+    return int(head) if head.isdigit() else 0
+
+
+def keep_mmpretrain_importable() -> bool:
+    """Turn MMPretrain's multimodal imports off if transformers >= 5 would break them.
+
+    Returns:
+        bool: whether anything was changed (False without mmpretrain, with transformers < 5,
+        or when ``mmpretrain.models`` was imported already).
+    """
+    try:
+        if _major(metadata.version('transformers')) < 5:
+            return False
+        metadata.version('mmpretrain')
+    except metadata.PackageNotFoundError:
+        return False
+    if 'mmpretrain.models' in sys.modules:
+        return False  # too late: it imported (or failed) already
+    from mmpretrain.utils import dependency
+    dependency.WITH_MULTIMODAL = False
+    return True
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+_MARK = '_cvt_mm_scoped'
+
+
+def _subclasses(cls):
+    for sub in cls.__subclasses__():
+        yield sub
+        yield from _subclasses(sub)
+
+
+def scope_mmpretrain_inferencers() -> list:
+    """Build the pipeline of every MMPretrain inferencer in the ``mmpretrain`` scope.
+
+    Wraps ``_init_pipeline`` of each subclass of ``mmpretrain.apis.BaseInferencer`` that
+    defines one (MMPretrain 1.2: image classification, retrieval, captioning, feature
+    extraction, ...) in ``DefaultScope.overwrite_default_scope('mmpretrain')``. Idempotent.
+    Methods are looked up when called, so an inferencer whose config imports cvt_mm while it
+    is being built already builds its pipeline through the wrapper.
+
+    Returns:
+        list[str]: names of the classes wrapped by this call (empty without MMPretrain, or
+        when done already).
+    """
+    try:
+        from mmpretrain.apis.base import BaseInferencer
+    except ImportError:
+        return []
+    wrapped = []
+    for cls in _subclasses(BaseInferencer):
+        original = cls.__dict__.get('_init_pipeline')
+        if original is None or getattr(original, _MARK, False):
+            continue
+
+        @functools.wraps(original)
+        def init_pipeline(self, cfg, _original=original):
+            with DefaultScope.overwrite_default_scope('mmpretrain'):
+                return _original(self, cfg)
+
+        setattr(init_pipeline, _MARK, True)
+        cls._init_pipeline = init_pipeline
+        wrapped.append(cls.__name__)
+    return wrapped
+
+
+# ------------------------------------------------------------------------ safe unpickling
+def _numpy_globals() -> list:
+    """The numpy callables and classes that pickling ndarrays and numpy scalars refers to."""
+    core = getattr(np, '_core', None) or np.core  # numpy 2 renamed numpy.core
+    objs = [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype]
+    # numpy >= 1.25 pickles dtypes as instances of per-type classes (Float64DType, ...).
+    dtypes = getattr(np, 'dtypes', None)
+    if dtypes is not None:
+        objs += [getattr(dtypes, name) for name in dir(dtypes) if name.endswith('DType')]
+    return objs
+
+
+
+
+_DEFAULT_STATISTICS = ('min', 'max', 'current', 'mean')
+
+
+def _history_buffer_state(self) -> dict:
+    """``HistoryBuffer.__getstate__`` without MMEngine's default statistics methods.
+
+    MMEngine pickles its four default methods into every buffer, as
+    ``getattr(HistoryBuffer, 'min')`` and so on. Safe loading must refuse the ``getattr``
+    global, because it reaches any attribute of any allowed class. ``__setstate__``
+    re-registers the defaults anyway, so only custom methods need pickling.
+    """
+    state = {k: v for k, v in self.__dict__.items() if k != 'statistics_methods'}
+    custom = {k: v for k, v in self._statistics_methods.items() if k not in _DEFAULT_STATISTICS}
+    if custom:
+        state['statistics_methods'] = custom
+    return state
+
+
+_DEFAULT_STATISTICS = ('min', 'max', 'current', 'mean')
+
+
+def _history_buffer_state(self) -> dict:
+    """``HistoryBuffer.__getstate__`` without MMEngine's default statistics methods, which
+    pickle as ``getattr(HistoryBuffer, 'min')`` and so on; ``__setstate__`` re-registers the
+    defaults anyway, so only custom methods need pickling."""
+    state = {k: v for k, v in self.__dict__.items() if k != 'statistics_methods'}
+    custom = {k: v for k, v in self._statistics_methods.items() if k not in _DEFAULT_STATISTICS}
+    if custom:
+        state['statistics_methods'] = custom
+    return state
+
+
+def allow_mmengine_checkpoints() -> None:
+    """Allow-list the types MMEngine writes into its own checkpoints (idempotent). Every file
+    is still read by the restricted unpickler; a checkpoint with any other object is refused.
+    Checkpoints written by plain MMEngine (without ``import cvt_mm``) hold the ``getattr``
+    references and cannot be resumed safely; weights-only use of them is unaffected."""
+    from mmengine.logging.history_buffer import HistoryBuffer
+    torch.serialization.add_safe_globals([HistoryBuffer, *_numpy_globals()])
+    HistoryBuffer.__getstate__ = _history_buffer_state
+
+
+# ------------------------------------------------------------------------ all of them
+def apply() -> None:
+    """Make the changes of the module's table, once; called by ``import cvt_mm``."""
+    global _applied
+    if _applied:
+        return
+    _applied = True
+    keep_mmpretrain_importable()  # first: nothing of ours may import mmpretrain.models before
+    allow_mmengine_checkpoints()
+    from mmengine.fileio.backends import register_backend
+    from mmengine.runner.checkpoint import CheckpointLoader
+
+    from .checkpoint.hub import URL_SCHEMES
+    from .checkpoint.loading import load_from_http
+    from .engine.data import kill_guarded_children
+    from .engine.fileio import AtomicLocalBackend
+    register_backend('local', AtomicLocalBackend, force=True, prefixes='')
+    CheckpointLoader.register_scheme(prefixes=URL_SCHEMES, loader=load_from_http, force=True)
+    scope_mmpretrain_inferencers()
+    # After multiprocessing's own exit function (imported with torch above): atexit runs
+    # the later one first.
+    import multiprocessing.util  # noqa: F401
+    atexit.register(kill_guarded_children)

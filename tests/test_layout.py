@@ -1,0 +1,115 @@
+"""The package's structure as docs/development.md draws it: imports run one way (no module
+imports one that imports it back), checkpoint I/O in layers, no tool imports another tool, and
+only cvt_mm.integration changes anything outside the package."""
+import ast
+import glob
+import os.path as osp
+import re
+
+import pytest
+
+from helpers import ROOT
+
+PACKAGE = osp.join(ROOT, 'cvt_mm')
+# Checkpoint I/O, bottom to top: each layer may import only the layers before it.
+CHECKPOINT_LAYERS = ['io', 'hub', 'published', 'formats', 'loading', 'convert']
+
+
+def module_name(path: str) -> str:
+    rel = osp.relpath(path, ROOT)[:-3].replace(osp.sep, '.')
+    return rel[:-len('.__init__')] if rel.endswith('.__init__') else rel
+
+
+MODULES = {module_name(p): p for p in glob.glob(osp.join(PACKAGE, '**', '*.py'), recursive=True)}
+
+
+def imports_of(name: str) -> set:
+    """The cvt_mm modules ``name`` imports, anywhere in the file (inside functions too)."""
+    path = MODULES[name]
+    package = name if path.endswith('__init__.py') else name.rsplit('.', 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(open(path).read())):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ''
+            if node.level:
+                parts = package.split('.')
+                parts = parts[:len(parts) - node.level + 1]
+                base = '.'.join(parts + ([base] if base else []))
+            # `from pkg import module` imports the module when there is one.
+            targets = [f'{base}.{a.name}' if f'{base}.{a.name}' in MODULES else base
+                       for a in node.names]
+        else:
+            continue
+        found.update(t for t in targets if t.split('.')[0] == 'cvt_mm')
+    return found - {name}
+
+
+GRAPH = {name: {t for t in imports_of(name) if t in MODULES} for name in MODULES}
+
+
+def test_there_is_no_import_cycle():
+    """Below the package itself and integration (which `import cvt_mm` runs first and which
+    may import anything), the imports form no cycle."""
+    inner = {n: {t for t in ts if t not in ('cvt_mm', 'cvt_mm.integration')}
+             for n, ts in GRAPH.items() if n not in ('cvt_mm', 'cvt_mm.integration')}
+    state = {}
+
+    def visit(node, path):
+        state[node] = 'open'
+        for nxt in sorted(inner.get(node, ())):
+            # A package's __init__ re-exporting its modules is not a cycle with them.
+            if node == nxt.rsplit('.', 1)[0] and node.count('.') < nxt.count('.'):
+                continue
+            if state.get(nxt) == 'open':
+                pytest.fail('import cycle: ' + ' -> '.join(path + [nxt]))
+            if nxt not in state:
+                visit(nxt, path + [nxt])
+        state[node] = 'done'
+
+    for node in sorted(inner):
+        if node not in state:
+            visit(node, [node])
+
+
+@pytest.mark.parametrize('layer', CHECKPOINT_LAYERS)
+def test_checkpoint_io_is_layered(layer):
+    name = f'cvt_mm.checkpoint.{layer}'
+    below = {f'cvt_mm.checkpoint.{x}' for x in CHECKPOINT_LAYERS[:CHECKPOINT_LAYERS.index(layer)]}
+    assert GRAPH[name] <= below, f'{name} imports {sorted(GRAPH[name] - below)}'
+
+
+def test_lower_layers_do_not_import_higher_ones():
+    for name, targets in GRAPH.items():
+        if name.startswith('cvt_mm.checkpoint'):
+            assert not {t for t in targets if not t.startswith('cvt_mm.checkpoint')}, name
+        if name.startswith('cvt_mm.models'):
+            allowed = ('cvt_mm.models', 'cvt_mm.checkpoint', 'cvt_mm.registry')
+            assert all(t.startswith(allowed) for t in targets), (name, targets)
+
+
+def test_only_integration_changes_things_outside_the_package():
+    """MMEngine's registries are added to anywhere (that is what registering is); changing
+    MMEngine, MMPretrain, torch or the interpreter happens in cvt_mm/integration.py alone."""
+    changes = re.compile(r'register_backend\(|register_scheme\(|add_safe_globals\(|'
+                         r'atexit\.register\(|WITH_MULTIMODAL\s*=|__getstate__\s*=|'
+                         r'_init_pipeline\s*=')
+    offenders = [name for name, path in MODULES.items() if name != 'cvt_mm.integration'
+                 and changes.search(open(path).read())]
+    assert offenders == []
+
+
+def test_no_tool_imports_another_tool():
+    tools = glob.glob(osp.join(ROOT, 'tools', '**', '*.py'), recursive=True)
+    names = {osp.splitext(osp.basename(p))[0] for p in tools}
+    for path in tools:
+        text = open(path).read()
+        assert 'spec_from_file_location' not in text, path
+        imported = set()
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.Import):
+                imported.update(a.name.split('.')[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and not node.level:
+                imported.add((node.module or '').split('.')[0])
+        assert not imported & names, (path, imported & names)
