@@ -302,7 +302,7 @@ def test_extract_backbone_writes_a_clean_checkpoint(trained, tmp_path):
         assert torch.equal(value, src_sd['backbone.' + key])
 
     # safetensors output holds the same tensors.
-    extract_tool.extract_backbone(src, str(tmp_path / 'cmt.safetensors'))
+    convert_checkpoint(src, str(tmp_path / 'cmt.safetensors'))
     st = read_checkpoint(str(tmp_path / 'cmt.safetensors'))
     assert all(torch.equal(st[k], v) for k, v in out['state_dict'].items())
 
@@ -312,13 +312,13 @@ def test_extract_backbone_rejects_bad_input(tmp_path):
     torch.save({'state_dict': {'conv1.weight': torch.zeros(1)}}, src)
     with pytest.raises(CheckpointError,
                        match='cannot recognise the checkpoint as a cmt or cvt model'):
-        extract_tool.extract_backbone(str(src), str(tmp_path / 'out.pth'))
+        convert_checkpoint(str(src), str(tmp_path / 'out.pth'))
     with pytest.raises(ValueError, match='must not overwrite'):
-        extract_tool.extract_backbone(str(src), str(src))
+        convert_checkpoint(str(src), str(src))
     with pytest.raises(ValueError, match='--add-prefix must end with'):
-        extract_tool.extract_backbone(str(src), str(tmp_path / 'out.pth'), add_prefix='backbone')
+        convert_checkpoint(str(src), str(tmp_path / 'out.pth'), add_prefix='backbone')
     with pytest.raises(CheckpointError, match='no key in the checkpoint starts with'):
-        extract_tool.extract_backbone(str(src), str(tmp_path / 'out.pth'), prefix='backbone.')
+        convert_checkpoint(str(src), str(tmp_path / 'out.pth'), prefix='backbone.')
 
 
 # ------------------------------------------------------------------------------------------

@@ -22,9 +22,18 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     exit 0
 fi
 
+started=$SECONDS
+step() {  # step NAME: say what runs now, and how long the previous step took
+    local now=$SECONDS
+    [[ -n "${step_name:-}" ]] && echo "setup_env: ${step_name} took $((now - step_start)) s"
+    step_name=$1
+    step_start=$now
+    echo "setup_env: ${step_name}"
+}
+
 if [[ ! -x "$VENV/bin/python" ]]; then
     command -v "$PYTHON" >/dev/null || { echo "setup_env: '$PYTHON' not found; install Python 3.11 or set PYTHON=" >&2; exit 1; }
-    echo "setup_env: creating $VENV with $("$PYTHON" --version)"
+    step "creating $VENV with $("$PYTHON" --version)"
     "$PYTHON" -m venv "$VENV"
 fi
 pip=("$VENV/bin/python" -m pip --disable-pip-version-check)
@@ -41,7 +50,8 @@ assert torch.__version__.split('+')[0] == sys.argv[1], torch.__version__
 assert torchvision.__version__.split('+')[0] == sys.argv[2], torchvision.__version__
 PY
 then
-    "${pip[@]}" install "$(pin torch)" "$(pin torchvision)"
+    step "[1/3] installing $(pin torch) and $(pin torchvision) (about a minute)"
+    "${pip[@]}" install -q "$(pin torch)" "$(pin torchvision)"
 fi
 
 # 2. mmcv with its ops; CUDA kernels where a CUDA toolkit and GPU exist.
@@ -59,33 +69,40 @@ if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
             TORCH_CUDA_ARCH_LIST=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader | sort -u | paste -sd ';')
             export TORCH_CUDA_ARCH_LIST
         fi
-        echo "setup_env: building mmcv with CUDA ops (CUDA_HOME=$CUDA_HOME, arch=${TORCH_CUDA_ARCH_LIST:-default})"
+        step "[2/3] building $(pin mmcv) with CUDA ops (CUDA_HOME=$CUDA_HOME, arch=${TORCH_CUDA_ARCH_LIST:-default}; about 20 minutes on 2 cores, seconds when pip has it cached)"
     else
-        echo "setup_env: building mmcv with CPU ops (about 14 minutes on 2 cores; cached afterwards)"
+        step "[2/3] building $(pin mmcv) with CPU ops from source (about 8-14 minutes on 2 cores, seconds when pip has it cached)"
     fi
     # Python's default CFLAGS carry -g: debug info made the build 1175 s and _ext.so 83 MB on
     # 2 cores; without it (and with -O2 -DNDEBUG, which setting CFLAGS must restate) 817 s and
     # 1.9 MB. Setting CFLAGS replaces Python's flags, so the user's own go after ours.
     export CFLAGS="-DNDEBUG -O2 -g0 -fwrapv${CFLAGS:+ $CFLAGS}"
     # mmcv's setup.py imports pkg_resources, which setuptools>=70 no longer ships, while torch
-    # 2.13 declares setuptools>=77: build with an old setuptools, step 3 restores torch's.
-    "${pip[@]}" install -q "setuptools<70" wheel ninja
-    # torch's extension builder compiles in parallel only when it finds `ninja` on PATH;
-    # without it every file is compiled one after the other.
-    PATH="$(cd "$VENV/bin" && pwd):$PATH" MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
-        "${pip[@]}" install --no-build-isolation "$(pin mmcv)"
+    # declares setuptools>=77. The old setuptools (with wheel and ninja) goes into a folder of
+    # its own, seen only by the build through PYTHONPATH: the venv keeps torch's setuptools.
+    # torch's extension builder compiles in parallel only when it finds `ninja` on PATH.
+    build_tools="$VENV/.mmcv-build-tools"
+    wheels="$VENV/.mmcv-wheel"
+    rm -rf "$wheels"
+    "${pip[@]}" install -q --upgrade --target "$build_tools" "setuptools<70" wheel ninja
+    PATH="$build_tools/bin:$(cd "$VENV/bin" && pwd):$PATH" PYTHONPATH="$build_tools" \
+        MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+        "${pip[@]}" wheel -q --no-build-isolation --no-deps -w "$wheels" "$(pin mmcv)"
+    "${pip[@]}" install -q "$wheels"/mmcv-*.whl
 fi
 
 # 3. Everything else, then this package in editable mode.
 # torch/torchvision are left out here: step 1 settled them, and `===` would not accept a
 # local build such as 2.13.0+cu126.
-"${pip[@]}" install -r <(grep -vE '^(torch|torchvision)[=<>!~ ]' requirements.txt)
-"${pip[@]}" install --no-deps -e .
+step "[3/3] installing the OpenMMLab toolboxes, the test and deploy extras, and cvt_mm (editable)"
+"${pip[@]}" install -q -r <(grep -vE '^(torch|torchvision)[=<>!~ ]' requirements.txt)
+"${pip[@]}" install -q --no-deps -e .
 # The `tests` and `deploy` extras (pytest, ruff, tensorboard; ONNX export, which the suite
 # runs): their bounds live in pyproject.toml, and the package's own dependencies are met by
 # now, so this adds only those.
-"${pip[@]}" install -e ".[tests,deploy]"
+"${pip[@]}" install -q -e ".[tests,deploy]"
 "$VENV/bin/python" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm, onnxruntime, onnxscript" \
     || { echo "setup_env: the environment in $VENV does not import; see the errors above" >&2; exit 1; }
+step done
 echo "$want" > "$stamp"
-echo "setup_env: ready ($VENV)"
+echo "setup_env: ready ($VENV) in $((SECONDS - started)) s"

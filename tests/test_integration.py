@@ -1,5 +1,5 @@
-"""MMPretrain 1.2.0 beside transformers 5 (what GPU images ship): importing cvt_mm keeps
-``mmpretrain.models`` and our classification configs working."""
+"""cvt_mm.integration, change 1: MMPretrain 1.2.0 beside transformers 5 (what GPU images ship):
+importing cvt_mm keeps ``mmpretrain.models`` and our classification configs working."""
 import os
 import os.path as osp
 import subprocess
@@ -42,7 +42,7 @@ def test_cvt_mm_keeps_the_classification_configs_working(with_transformers5):
 import transformers
 assert transformers.__version__.startswith('5.'), transformers.__version__
 import cvt_mm
-from helpers import build_model_from_config
+from cvt_mm.builders import build_model_from_config
 model = build_model_from_config('configs/imagenet_cvt13_300e_in1k.py')
 print(type(model).__name__, type(model.backbone).__name__)
 '''
