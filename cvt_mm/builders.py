@@ -15,13 +15,15 @@ Example::
 """
 from __future__ import annotations
 
+import copy
 from typing import Optional, Union
 
 import torch
-from mmengine.config import Config
+from mmengine.config import Config, ConfigDict
 from mmengine.registry import DefaultScope, init_default_scope
 
-__all__ = ['TASKS', 'load_config', 'task_of', 'build_model_from_config', 'synthetic_batch']
+__all__ = ['TASKS', 'load_config', 'task_of', 'model_config', 'build_model_from_config',
+           'synthetic_batch']
 
 TASKS = ('mmdet', 'mmseg', 'mmpretrain')
 
@@ -45,6 +47,28 @@ def task_of(cfg: Config) -> str:
     return scope
 
 
+def model_config(config: Union[str, Config], random_init: bool = True) -> ConfigDict:
+    """The model dict :func:`build_model_from_config` builds from ``config``: ``model``, with
+    a top-level ``data_preprocessor`` merged in as the Runner merges it; a copy, so ``config``
+    is left as it was. Two configs of one ``default_scope`` whose ``model_config`` are equal
+    build the same model.
+
+    Args:
+        config (str | Config): config file, ``mmdet::...`` path or a loaded Config.
+        random_init (bool): drop the backbone's ``init_cfg`` (and MMSegmentation's
+            ``pretrained``), so no checkpoint file is read. Defaults to True.
+    """
+    cfg = load_config(config)
+    model_cfg = copy.deepcopy(cfg.model)
+    if cfg.get('data_preprocessor') is not None:  # what the Runner does with it
+        model_cfg.setdefault('data_preprocessor', copy.deepcopy(cfg.data_preprocessor))
+    if random_init:
+        model_cfg.backbone.init_cfg = None
+        if 'pretrained' in model_cfg:
+            model_cfg.pretrained = None
+    return model_cfg
+
+
 def build_model_from_config(config: Union[str, Config], device: str = 'cpu',
                             random_init: bool = True) -> torch.nn.Module:
     """The config's whole model (detector, segmentor or classifier), built in its toolbox's
@@ -58,13 +82,7 @@ def build_model_from_config(config: Union[str, Config], device: str = 'cpu',
     """
     cfg = load_config(config)
     scope = task_of(cfg)
-    model_cfg = cfg.model.copy()
-    if cfg.get('data_preprocessor') is not None:  # what the Runner does with it
-        model_cfg.setdefault('data_preprocessor', cfg.data_preprocessor)
-    if random_init:
-        model_cfg.backbone.init_cfg = None
-        if 'pretrained' in model_cfg:
-            model_cfg.pretrained = None
+    model_cfg = model_config(cfg, random_init)
     init_default_scope(scope)
     from mmengine.registry import MODELS
     with DefaultScope.overwrite_default_scope(scope):

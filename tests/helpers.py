@@ -25,6 +25,7 @@ from cvt_mm.builders import (  # noqa: F401  (re-exported for the tests)
     TASKS,
     build_model_from_config,
     load_config,
+    model_config,
     synthetic_batch,
     task_of,
 )

@@ -1,7 +1,9 @@
 """Distributed training: the invariant DDP relies on (every trainable parameter gets a gradient,
 for every config), the BatchNorm policy of the dense configs, SyncBN on CPU DDP, and
 two-process (gloo) runs of several iterations through tools/dist_train.sh."""
+import functools
 import glob
+import json
 import math
 import os.path as osp
 import re
@@ -17,7 +19,7 @@ from cvt_mm.engine.distributed import revert_sync_batchnorm_for_cpu
 from cvt_mm.models import CMT, CvT
 
 from conftest import DIST_ITERATIONS
-from helpers import build_model_from_config, synthetic_batch
+from helpers import build_model_from_config, model_config, synthetic_batch
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -36,6 +38,31 @@ SEG_CONFIGS = [c for c in ALL_CONFIGS
 INPUT_SIZES = dict(mmdet=(96, 128), mmseg=(64, 64), mmpretrain=(64, 64))
 
 
+@functools.lru_cache(maxsize=None)
+def load(config: str) -> Config:
+    """``configs/...`` loaded once per session (half a second each on 2 cores); not to be
+    changed by the tests that share it."""
+    return Config.fromfile(osp.join(ROOT, config))
+
+
+def model_key(cfg: Config, detection_policy: bool) -> str:
+    """What the gradient check below depends on, as canonical JSON: the task, whether the
+    detection BatchNorm policy is checked, and the model the config builds (its
+    ``model_config``: ``model`` with the top-level ``data_preprocessor``, random weights).
+    Configs with the same key differ only in what the model does not see (schedule,
+    optimizer, data)."""
+    return json.dumps([cfg.default_scope, detection_policy, model_config(cfg).to_dict()],
+                      sort_keys=True, default=repr)
+
+
+def checked_model(config: str) -> str:
+    return model_key(load(config), config in DET_CONFIGS)
+
+
+# checked_model(config) -> the config whose test checked that model in this session.
+CHECKED_MODELS = {}
+
+
 def parameters_without_gradient(model) -> list:
     return [name for name, p in model.named_parameters() if p.requires_grad and p.grad is None]
 
@@ -51,14 +78,22 @@ def one_training_backward(model, height, width):
 
 
 def test_the_config_list_covers_every_task():
-    tasks = {Config.fromfile(osp.join(ROOT, c)).default_scope for c in ALL_CONFIGS}
+    tasks = {load(c).default_scope for c in ALL_CONFIGS}
     assert tasks == {'mmdet', 'mmseg', 'mmpretrain'}
     assert len(ALL_CONFIGS) >= 20
 
 
 @pytest.mark.parametrize('config', ALL_CONFIGS)
 def test_one_step_gives_every_trainable_parameter_a_gradient(config):
-    cfg = Config.fromfile(osp.join(ROOT, config))
+    """Every config's model passes the check; each distinct model is built and run once.
+    Configs that build the same model (the ms-3x and layer-decay variants of a 1x config
+    change the schedule or the optimizer) pass through the test of the first of them that
+    ran; a config whose model no test checked yet (a new model, or a selection of tests
+    without the first) runs the check itself."""
+    key = checked_model(config)
+    if key in CHECKED_MODELS:
+        return  # this model passed in the test of CHECKED_MODELS[key]
+    cfg = load(config)
     torch.manual_seed(0)
     model = build_model_from_config(cfg)
     height, width = INPUT_SIZES[cfg.default_scope]
@@ -83,6 +118,21 @@ def test_one_step_gives_every_trainable_parameter_a_gradient(config):
         assert frozen == []
     else:
         assert frozen and all(n.startswith('backbone.') for n in frozen)
+    CHECKED_MODELS[key] = config
+
+
+def test_configs_that_share_a_model_are_told_apart_from_those_that_do_not():
+    """What lets the check above run once per model: the 3x and layer-decay variants build
+    their 1x config's model, and any change to the model makes it a model of its own."""
+    cvt13 = 'configs/mask_rcnn_cvt13_coco.py'
+    assert checked_model(cvt13) == checked_model('configs/mask_rcnn_cvt13_ms-3x_coco.py') \
+        == checked_model('configs/mask_rcnn_cvt13_layer-decay_coco.py')
+    assert checked_model('configs/mask_rcnn_cmt_s_coco.py') == checked_model(
+        'configs/mask_rcnn_cmt_s_ms-3x_coco.py')
+    assert checked_model(cvt13) != checked_model('configs/mask_rcnn_cvt21_coco.py')
+    changed = Config.fromfile(osp.join(ROOT, cvt13))
+    changed.model.backbone.out_indices = (0, 1)
+    assert model_key(changed, True) != checked_model(cvt13)
 
 
 def test_the_gradient_check_catches_a_trainable_classification_stage():
@@ -136,7 +186,7 @@ def test_the_demo_keeps_its_pretrained_batchnorm_statistics_as_the_real_config()
 def test_segmentation_configs_synchronise_every_batchnorm_across_gpus(config):
     """Segmentation policy: MMEngine converts every BN (backbone included) to SyncBN when
     training is distributed (`sync_bn='torch'`), and the backbone's statistics train."""
-    cfg = Config.fromfile(osp.join(ROOT, config))
+    cfg = load(config)
     assert cfg.sync_bn == 'torch'
     assert cfg.model.backbone.get('norm_eval', False) is False
 
