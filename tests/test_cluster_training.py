@@ -100,6 +100,13 @@ def _pointer_is(work, name):
     return check
 
 
+def _drop_checkpoints(work) -> None:
+    """Delete a finished scenario's checkpoints (about 0.5 GB each): a run of the whole
+    suite must fit the free disk of a CI machine."""
+    for path in work.glob('*.pth'):
+        path.unlink()
+
+
 def _weights(path):
     return read_checkpoint(str(path))['state_dict']
 
@@ -174,7 +181,8 @@ def _dist_train(config, work, extra=(), env=None):
 @pytest.fixture(scope='module')
 def reference_runs(cluster_data, tmp_path_factory):
     """``get(kind)`` -> (root, config, final checkpoint) of the uninterrupted two-process run
-    of ``'det'`` (Mask R-CNN) or ``'seg'`` (UperNet), trained once per module."""
+    of ``'det'`` (Mask R-CNN) or ``'seg'`` (UperNet), trained once per module; its
+    checkpoints are deleted at the module's end."""
     runs = {}
 
     def get(kind):
@@ -189,7 +197,9 @@ def reference_runs(cluster_data, tmp_path_factory):
             runs[kind] = (root, config, work / 'iter_6.pth')
         return runs[kind]
 
-    return get
+    yield get
+    for root, _, reference in runs.values():
+        _drop_checkpoints(reference.parent)
 
 
 # ----------------------------------------------------------------------------- SIGKILL
@@ -219,6 +229,7 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_the_run_ends_as_if_never_kil
     assert f'resuming from {work}/iter_2.pth (iteration 2, epoch 0)' in restarted
     assert 'Resuming epoch 1 at batch 3/3' in restarted
     _assert_same_weights(reference, work / 'iter_6.pth')
+    _drop_checkpoints(work)
 
 
 # ----------------------------------------------------------------------------- preemption
@@ -232,6 +243,7 @@ def test_preemption_writes_a_checkpoint_mid_epoch_and_the_resumed_run_ends_ident
     else:
         _preempt_slurm(root, config, work)
     _assert_same_weights(reference, work / 'iter_6.pth')
+    _drop_checkpoints(work)
 
 
 def _preempt_torchrun(root, config, work):
@@ -304,6 +316,7 @@ def test_resuming_with_another_number_of_processes_works_and_says_it_is_not_exac
            'not exactly' in text
     # 2 of 3 batches done by two processes: 4 of 6 for one.
     assert 'Resuming epoch 1 at batch 5/6' in text and 'Epoch(train) [2][6/6]' in text
+    _drop_checkpoints(work)
 
 
 # ----------------------------------------------------------------------------- two nodes
