@@ -58,7 +58,9 @@ def _runner(work_dir, max_iters, resume=False):
         resume=resume,
         randomness=dict(seed=0),
         default_scope='mmengine',
-        experiment_name=f'resume_test_{max_iters}_{int(resume)}')
+        # MMEngine keeps one logger and visualizer per experiment name for the whole process:
+        # a name of each work dir's own, or a later test writes into an earlier one's folder.
+        experiment_name=f'{work_dir.name}_{max_iters}_{int(resume)}')
 
 
 def test_resume_continues_at_saved_iteration_with_saved_optimizer(tmp_path):
