@@ -168,16 +168,16 @@ TINY = '--imagenet-train 9 --imagenet-val 3 --coco-train 4 --coco-val 2 --ade-tr
 @pytest.fixture(scope='module')
 def demo_run(tmp_path_factory):
     """run_demo.sh in an empty directory: it writes data/, work_dirs/ and outputs/ there.
-    Batches hold every image, so each epoch is one iteration (UperNet still runs its 400)."""
+    Batches hold every image, so each epoch is one iteration; UperNet runs 4 of its 400."""
     cwd = tmp_path_factory.mktemp('demo')
     proc = run_tool(['misc/run_demo.sh'], cwd=str(cwd), timeout=900,
-                    env=dict(DEMO_DATA_ARGS=TINY))
+                    env=dict(DEMO_DATA_ARGS=TINY, DEMO_UPERNET_ITERS='4'))
     return cwd, proc.stdout + proc.stderr, proc.stdout
 
 
 @pytest.mark.slow
 def test_demo_runs_the_stages_in_order_with_an_eta(demo_run):
-    _, log, _ = demo_run
+    cwd, log, _ = demo_run
     stages = re.findall(r'== (\d)/8 (.+?)  \[(\d+)m(\d\d)s elapsed, about (\d+)m(\d\d)s left\]',
                         log)
     assert [int(s[0]) for s in stages] == list(range(1, 9))
@@ -187,6 +187,8 @@ def test_demo_runs_the_stages_in_order_with_an_eta(demo_run):
     elapsed = [int(s[2]) * 60 + int(s[3]) for s in stages]
     assert elapsed == sorted(elapsed)
     assert re.search(r'== demo done in \d+m\d+s', log)
+    # DEMO_UPERNET_ITERS=4 shortened UperNet's schedule, validation and checkpoint with it.
+    assert (cwd / 'work_dirs' / 'upernet_cvt13_demo' / 'iter_4.pth').exists()
 
 
 @pytest.mark.slow

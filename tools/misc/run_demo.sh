@@ -14,11 +14,18 @@
 # Seeded and deterministic (`randomness` in every config).
 # Everything is written under the current directory, where the configs look for it, as
 # `tools/train.py` puts it by default: data/demo/, work_dirs/<config name>/, outputs/demo/.
-# DEMO_DATA_ARGS replaces the data tool's sizes (the tests run the whole chain on a few images).
+# DEMO_DATA_ARGS replaces the data tool's sizes and DEMO_UPERNET_ITERS UperNet's 400 iterations
+# (the tests run the whole chain on a few images, and UperNet for a few iterations).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 DEMO_DATA_ARGS=${DEMO_DATA_ARGS:---imagenet-train 3000 --imagenet-val 300 --coco-train 320 --coco-val 80}
+SEG_OPTIONS=()
+if [[ -n "${DEMO_UPERNET_ITERS:-}" ]]; then
+    n=$DEMO_UPERNET_ITERS
+    SEG_OPTIONS=(--cfg-options "train_cfg.max_iters=$n" "train_cfg.val_interval=$n"
+                 "default_hooks.checkpoint.interval=$n")
+fi
 OUT=outputs/demo
 CONFIGS=$ROOT/configs/demo
 PRETRAIN_DIR=work_dirs/imagenet_cvt13_demo
@@ -65,7 +72,7 @@ begin_stage 3
     --work-dir "$DET_DIR/test"
 
 begin_stage 4
-"$PY" "$ROOT/tools/train.py" "$CONFIGS/upernet_cvt13_demo.py"
+"$PY" "$ROOT/tools/train.py" "$CONFIGS/upernet_cvt13_demo.py" ${SEG_OPTIONS[@]+"${SEG_OPTIONS[@]}"}
 SEG_CKPT=$(cat "$SEG_DIR/last_checkpoint")
 
 begin_stage 5
