@@ -3,6 +3,7 @@ a CPU can run, the CUDA-only rows marked `skipped: no CUDA`, exit status 0; and 
 that decide pass or fail do fail when they should."""
 import json
 import math
+import os
 import os.path as osp
 import subprocess
 
@@ -23,15 +24,17 @@ def rehearsal(tmp_path_factory):
     if torch.cuda.is_available():
         pytest.skip('this machine has CUDA: `make gpu-check` runs the real checks here')
     out = tmp_path_factory.mktemp('gpu_check') / 'report.json'
+    temp = tmp_path_factory.mktemp('gpu_check_tmp')  # where its temporary DDP folder goes
     proc = subprocess.run(['make', '--no-print-directory', 'gpu-check', f'GPU_CHECK_OUT={out}'],
-                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200,
+                          env=dict(os.environ, TMPDIR=str(temp)))
     assert proc.returncode == 0, proc.stdout[-5000:] + proc.stderr[-5000:]
     with open(out) as f:
-        return proc.stdout, json.load(f)
+        return proc.stdout, json.load(f), temp
 
 
 def test_rehearsal_prints_the_table_and_skips_only_cuda_rows(rehearsal):
-    stdout, report = rehearsal
+    stdout, report, temp = rehearsal
     rows = report['rows']
     assert '| check ' in stdout and report['summary'] in stdout
     assert {r['check'] for r in rows} == {'environment', 'mmcv build', 'mmcv ops', 'parity',
@@ -42,6 +45,8 @@ def test_rehearsal_prints_the_table_and_skips_only_cuda_rows(rehearsal):
         if r['check'] == 'sdpa' and not r['subject'].endswith('fp32')}
     assert not any(r['status'] == gpu_check.FAIL for r in rows)
     assert report['setup_seconds'] is not None and report['checks_seconds'] > 0
+    # The DDP runs passed, so their temporary folder (0.5 GB of checkpoints) is gone.
+    assert list(temp.glob('gpu_check_*')) == []
 
 
 def test_rehearsal_runs_every_cpu_check_for_real(rehearsal):

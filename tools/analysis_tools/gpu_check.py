@@ -32,6 +32,7 @@ import os
 import os.path as osp
 import platform
 import re
+import shutil
 import socket
 import statistics
 import subprocess
@@ -496,10 +497,16 @@ def run_all(plan: Plan, setup_seconds=None, workdir=None) -> Report:
             detail['memory_ratio'] = mem_ratio
         report.add('train step', 'Mask R-CNN CvT-13 / Swin-T', INFO, result, **detail)
 
+    temporary = workdir is None
     workdir = workdir or tempfile.mkdtemp(prefix='gpu_check_')
-    for name in plan.ddp_configs:
-        demo, kind = DDP_CONFIGS[name]
-        report.run('ddp', f'{name} (tools/dist_train.sh)', check_ddp, plan, demo, kind, workdir)
+    ddp_rows = [report.run('ddp', f'{name} (tools/dist_train.sh)', check_ddp, plan,
+                           *DDP_CONFIGS[name], workdir) for name in plan.ddp_configs]
+    # Each run leaves about 0.5 GB of checkpoints: a temporary folder goes unless a run
+    # failed, when its logs are what the user needs.
+    if temporary and all(r.status == PASS for r in ddp_rows):
+        shutil.rmtree(workdir, ignore_errors=True)
+    elif ddp_rows:
+        print(f'gpu_check: the DDP runs\' logs and checkpoints are in {workdir}', flush=True)
     return report
 
 
