@@ -354,6 +354,13 @@ def _failure(proc: subprocess.CompletedProcess) -> str:
     return ' '.join(proc.stderr.strip().splitlines()[-1:])
 
 
+def _write_json(path: Optional[str], **fields) -> None:
+    """The ``--json`` file of a subcommand, when one was asked for."""
+    if path:
+        with open(path, 'w') as f:
+            json.dump(fields, f, indent=1)
+
+
 def _backbone(args) -> int:
     common = ['backbone', '--model', repr(args.model), '--batch', str(args.batch), '--warmup',
               str(args.warmup), '--runs', str(args.runs), '--threads', str(args.threads),
@@ -403,10 +410,8 @@ def _backbone(args) -> int:
         print(lines[-1], flush=True)
     if args.profile:  # the table again, together, after the profiles
         print('\n' + '\n'.join(lines))
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(dict(model=args.model, threads=args.threads, batch=args.batch,
-                           machine=rates, results=results), f, indent=1)
+    _write_json(args.json, model=args.model, threads=args.threads, batch=args.batch,
+                machine=rates, results=results)
     return 0
 
 
@@ -444,10 +449,8 @@ def _train_iter(args) -> int:
             r['work_ratio'] = r['gflop'] / ref['gflop']
             line += f'  {r["time_ratio"]:.2f}, {r["work_ratio"]:.2f}'
         print(line)
-    if args.json:
-        with open(args.json, 'w') as f:
-            json.dump(dict(size=args.size, threads=args.threads, iters=args.iters,
-                           machine=rates, results=results), f, indent=1)
+    _write_json(args.json, size=args.size, threads=args.threads, iters=args.iters,
+                machine=rates, results=results)
     return 0
 
 
