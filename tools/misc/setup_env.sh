@@ -84,7 +84,10 @@ if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
     build_tools="$VENV/.mmcv-build-tools"
     wheels="$VENV/.mmcv-wheel"
     rm -rf "$wheels"
-    "${pip[@]}" install -q --upgrade --target "$build_tools" "setuptools<70" wheel ninja
+    # pip compares a --target install with the venv's packages and would print a resolver
+    # ERROR (torch wants setuptools>=77) about a folder the venv never imports.
+    "${pip[@]}" install -q --no-warn-conflicts --upgrade --target "$build_tools" \
+        "setuptools<70" wheel ninja
     PATH="$build_tools/bin:$(cd "$VENV/bin" && pwd):$PATH" PYTHONPATH="$build_tools" \
         MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
         "${pip[@]}" wheel -q --no-build-isolation --no-deps -w "$wheels" "$(pin mmcv)"
