@@ -169,12 +169,13 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
                 fwd_times.append(forward_s)
                 bwd_times.append(backward_s)
     held.clear()
+    peak_gib = peak_memory_gib()  # before the count, whose module tracker holds graphs longer
     fwd_flops = count_flops(forward)  # infer: under no_grad, as timed
     total_flops = count_flops(lambda: backward(forward())) if mode == 'train' else fwd_flops
     result.update(fwd_s=statistics.median(fwd_times),
                   bwd_s=statistics.median(bwd_times) if mode == 'train' else None,
                   gflop=total_flops.gflops, fwd_gflop=fwd_flops.gflops,
-                  attention_share=fwd_flops.attention_share(), peak_gib=peak_memory_gib(),
+                  attention_share=fwd_flops.attention_share(), peak_gib=peak_gib,
                   model_gib=model_gib)
     result['gflops_per_s'] = result['gflop'] / (result['fwd_s'] + (result['bwd_s'] or 0))
     if profile:
@@ -217,9 +218,10 @@ def train_iteration_case(config: str, size, iters: int, threads: int, profile: i
             fwd.append(forward_s)
             bwd.append(backward_s)
     loss = float(held.pop('out')[1]['loss'])
+    peak_gib = peak_memory_gib()  # before the count, whose module tracker holds graphs longer
     work = count_flops(lambda: optim_wrapper.update_params(forward()[0]))
     result = dict(fwd_s=statistics.median(fwd), bwd_s=statistics.median(bwd),
-                  gflop=work.gflops, peak_gib=peak_memory_gib(), loss=loss,
+                  gflop=work.gflops, peak_gib=peak_gib, loss=loss,
                   params_m=sum(p.numel() for p in model.parameters()) / 1e6)
     if profile:
         result['profile_forward'] = top_operators(lambda: held.update(out=forward()), profile)
