@@ -22,7 +22,11 @@ def train_and_validate(config_path, experiment, options=None):
     cfg = Config.fromfile(config_path)
     if options:
         cfg.merge_from_dict(options)
-    cfg.experiment_name = experiment  # distinct loggers/visualizers per runner
+    cfg.experiment_name = experiment  # distinct loggers per runner
+    # The toolboxes' runtimes name their visualizer 'visualizer', and MMEngine keeps one per
+    # name for the whole process: without a name of its own, a later test writes into an
+    # earlier (passed, so deleted) test's folder.
+    cfg.visualizer.name = experiment
     runner = Runner.from_cfg(cfg)
     runner.train()
     scalars = runner.message_hub.log_scalars
