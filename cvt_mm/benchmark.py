@@ -23,6 +23,9 @@ Per case: ``GFLOP`` counted by :func:`cvt_mm.flops.count_flops` in one untimed p
 multiply-add is 2 FLOPs; attention included; mmcv's RoIAlign and the like not counted),
 the median time over the timed runs after the warm-up, ``GFLOP/s`` = work over time, and
 ``--profile N`` the N operators with the most self CPU time, forward and backward apart.
+Backbone training cases also print ``held GiB``: what the forward keeps for the backward,
+per stage, counted exactly by :func:`held_for_backward` (the peak resident set also holds
+freed memory the allocator kept, so it moves by hundreds of MB between runs).
 Every run first prints the machine's own fp32 GEMM rate and memory bandwidth, to read the
 numbers against (machines of one kind differ by up to 2x).
 
@@ -47,7 +50,8 @@ from typing import Callable, List, Optional
 
 import torch
 
-__all__ = ['time_steps', 'peak_memory_gib', 'machine_rates', 'top_operators', 'case_env',
+__all__ = ['time_steps', 'peak_memory_gib', 'held_for_backward', 'machine_rates',
+           'top_operators', 'case_env',
            'backbone_case', 'train_iteration_case', 'classification_step_case', 'main',
            'TRAIN_ITER_CONFIGS']
 
@@ -90,6 +94,71 @@ def peak_memory_gib(device: str = 'cpu') -> float:
     if device == 'cuda':
         return torch.cuda.max_memory_allocated() / 2 ** 30
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
+
+
+def held_for_backward(model: torch.nn.Module, *args, by: str = 'part') -> tuple:
+    """What a training forward of ``model(*args)`` leaves held for the backward, in bytes:
+    every storage an operator writes during the forward, counted once, if it is still alive
+    when the forward returns and is not one of the outputs. Exact, unlike the resident set,
+    which also holds memory the allocator kept after freeing it.
+
+    Args:
+        model (nn.Module): in training mode, so that the forward builds its graph.
+        *args: the forward's inputs.
+        by (str): ``'part'`` (default): per part of a backbone with ``stages``,
+            ``{'stem': ..., 'stage1': ..., 'rest': ...}`` (``'stem'`` before the first stage,
+            ``'rest'`` after the last; only ``'rest'`` without stages); ``'operator'``: per
+            operator that wrote the storage, ``{torch.ops.aten.gelu: ..., ...}``.
+
+    Returns:
+        tuple: ``(held, outputs)``, the outputs for the caller's backward.
+
+    Example::
+
+        >>> held, outs = held_for_backward(CMT(arch='s', num_classes=0).train(), x)
+        >>> {part: n / 2 ** 20 for part, n in held.items()}    # MiB
+    """
+    if by not in ('part', 'operator'):
+        raise ValueError(f"by must be 'part' or 'operator', got {by!r}")
+    from torch.multiprocessing.reductions import StorageWeakRef
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_flatten
+
+    written = {}  # data_ptr -> (weak storage, bytes, part or operator)
+    part = ['stem' if hasattr(model, 'stages') else 'rest']
+
+    class Record(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            for t in tree_flatten(out)[0]:
+                if isinstance(t, torch.Tensor) and t.device.type != 'meta':
+                    storage = t.untyped_storage()
+                    old = written.get(storage.data_ptr())
+                    if old is None or old[0].expired():  # a freed address can be reused
+                        written[storage.data_ptr()] = (
+                            StorageWeakRef(storage), storage.nbytes(),
+                            part[0] if by == 'part' else func.overloadpacket)
+            return out
+
+    hooks = [stage.register_forward_pre_hook(lambda *_, i=i: part.__setitem__(0, f'stage{i}'))
+             for i, stage in enumerate(getattr(model, 'stages', ()), 1)]
+    if hooks:
+        hooks.append(model.stages[-1].register_forward_hook(
+            lambda *_: part.__setitem__(0, 'rest')))
+    try:
+        with Record():
+            outs = model(*args)
+    finally:
+        for h in hooks:
+            h.remove()
+    outputs = {t.untyped_storage().data_ptr() for t in tree_flatten(outs)[0]
+               if isinstance(t, torch.Tensor)}
+    held = dict.fromkeys(['stem', *(f'stage{i}' for i in range(1, len(hooks))), 'rest'], 0) \
+        if hooks and by == 'part' else {}
+    for ptr, (ref, nbytes, where) in written.items():
+        if not ref.expired() and ptr not in outputs:
+            held[where] = held.get(where, 0) + nbytes
+    return held, outs
 
 
 def machine_rates(threads: int) -> dict:
@@ -170,6 +239,10 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
                 bwd_times.append(backward_s)
     held.clear()
     peak_gib = peak_memory_gib()  # before the count, whose module tracker holds graphs longer
+    if mode == 'train' and not compiled:
+        parts, outs = held_for_backward(model, x)
+        backward(outs)
+        result['held_gib'] = {k: v / 2 ** 30 for k, v in parts.items()}
     fwd_flops = count_flops(forward)  # infer: under no_grad, as timed
     total_flops = count_flops(lambda: backward(forward())) if mode == 'train' else fwd_flops
     result.update(fwd_s=statistics.median(fwd_times),
@@ -379,7 +452,7 @@ def _backbone(args) -> int:
     print(f'model: {args.model}  batch: {args.batch}')
     rates = _print_machine(args.threads, args.no_thp)
     header = (f'{"size":>9} {"path":>9} {"mode":>13} {"GFLOP":>8} {"fwd s":>7} {"bwd s":>7} '
-              f'{"GFLOP/s":>8} {"peak GiB":>9} {"model GiB":>10}')
+              f'{"GFLOP/s":>8} {"peak GiB":>9} {"model GiB":>10} {"held GiB":>9}')
     results, lines = [], [header]
     print(header, flush=True)
     for size, path, mode, compiled in cases:
@@ -397,6 +470,9 @@ def _backbone(args) -> int:
         lines.append(f'{label:>9} {path:>9} {mode_label:>13} {res["gflop"]:8.1f} '
                      f'{res["fwd_s"]:7.2f} {bwd} {res["gflops_per_s"]:8.1f} '
                      f'{res["peak_gib"]:9.2f} {res["model_gib"]:10.2f}')
+        if res.get('held_gib'):
+            lines[-1] += (f' {sum(res["held_gib"].values()):9.2f}  (' + ', '.join(
+                f'{k} {v:.2f}' for k, v in res['held_gib'].items()) + ')')
         if compiled:
             eager = next((r for r in results if r['size'] == label and r['path'] == path
                           and r['mode'] == 'train' and not r['compiled']), None)

@@ -89,9 +89,28 @@ class FlopCount:
         return attention / self.flops if self.flops else 0.0
 
 
+class _GlobalOnly:
+    """Stands in for ``FlopCounterMode``'s per-module tracker: everything counts as
+    ``'Global'``, the only total used here. The tracker hooks the autograd graph of every
+    module output until the count ends, which keeps the graphs that recomputing blocks
+    (activation checkpointing, CMT's selective recomputation) builds in the backward, and
+    all they save, alive through the whole backward."""
+    parents = frozenset({'Global'})
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return None
+
+
 def counter() -> FlopCounterMode:
-    """A ``FlopCounterMode`` that also counts the fused CPU attention kernels."""
-    return FlopCounterMode(display=False, custom_mapping=dict(EXTRA_FORMULAS))
+    """A ``FlopCounterMode`` that also counts the fused CPU attention kernels (totals only,
+    not per module)."""
+    mode = FlopCounterMode(display=False, custom_mapping=dict(EXTRA_FORMULAS))
+    if hasattr(mode, 'mod_tracker'):  # torch >= 2.4
+        mode.mod_tracker = _GlobalOnly()
+    return mode
 
 
 def count_flops(fn: Callable, *args, **kwargs) -> FlopCount:

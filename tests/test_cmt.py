@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import cvt_mm  # noqa: F401  (registers CMT)
+from cvt_mm.benchmark import held_for_backward
 from cvt_mm.checkpoint import CheckpointError
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.matrix_resize import resize_relative_pos
@@ -451,6 +452,105 @@ def test_with_cp_gives_the_same_gradients():
         torch.testing.assert_close(grads[0][name], grads[1][name], atol=1e-5, rtol=1e-4)
 
 
+# ------------------------------------------------------------------------- training memory
+def _train_step(model, x, seed=1):
+    torch.manual_seed(seed)  # the same drop-path draws in each model
+    outs = model(x)
+    sum(o.square().mean() for o in outs).backward()
+    return ([o.detach() for o in outs],
+            {n: p.grad for n, p in model.named_parameters() if p.grad is not None},
+            {n: b.clone() for n, b in model.named_buffers()})
+
+
+@pytest.mark.parametrize('norm_eval', [False, True])
+@pytest.mark.parametrize('size', [(64, 64), (64, 96)])  # the stored grid, a resized bias
+def test_selective_recomputation_changes_no_value_gradient_or_statistic(norm_eval, size):
+    """Recomputing the element-wise operators and the resized bias in the backward runs the
+    same operators on the same inputs: outputs, every gradient and the BatchNorm statistics
+    (updated once, not again by the recomputation) are bitwise those of storing them."""
+    results = []
+    for selective_cp in (False, True):
+        torch.manual_seed(0)
+        model = tiny(drop_path_rate=0.3, norm_eval=norm_eval, selective_cp=selective_cp)
+        results.append(_train_step(model.train(), torch.randn(2, 3, *size)))
+    (outs_a, grads_a, bufs_a), (outs_b, grads_b, bufs_b) = results
+    assert all(torch.equal(a, b) for a, b in zip(outs_a, outs_b))
+    assert grads_a.keys() == grads_b.keys() and 'stages.0.relative_pos' in grads_a
+    for name in grads_a:
+        assert torch.equal(grads_a[name], grads_b[name]), name
+    assert all(torch.equal(bufs_a[n], bufs_b[n]) for n in bufs_a)
+
+
+def test_selective_recomputation_under_cpu_autocast():
+    """The resized bias is rebuilt in the backward under the forward's autocast state (its
+    products ran in bfloat16 there), so mixed precision gets the same gradients too."""
+    results = []
+    for selective_cp in (False, True):
+        torch.manual_seed(0)
+        model = tiny(selective_cp=selective_cp).train()
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            results.append(_train_step(model, torch.randn(2, 3, 64, 96)))
+    for name, grad in results[0][1].items():
+        assert torch.equal(grad, results[1][1][name]), name
+
+
+def test_selective_recomputation_keeps_only_products_and_no_bias():
+    """After a training forward of a CMT stage at a resized grid, the graph holds no
+    BatchNorm, GELU or LayerNorm output of its blocks and no resized (heads, Nq, Nk) bias
+    (every block saved it before), and well under two thirds of what storing everything holds."""
+    aten = torch.ops.aten
+    held = {}
+    for selective_cp in (False, True):
+        torch.manual_seed(0)
+        model = tiny(norm_eval=True, selective_cp=selective_cp).train()
+        stage = model.stages[0]
+        x = torch.randn(1, 8, 48, 64, requires_grad=True)  # the stem's output at 96x128
+        biases = []
+        resize = stage.relative_pos_for
+        stage.relative_pos_for = lambda *grids: biases.append(resize(*grids)) or biases[-1]
+        held[selective_cp], _ = held_for_backward(stage, x, by='operator')
+        from torch.multiprocessing.reductions import StorageWeakRef
+        bias = StorageWeakRef(biases.pop().untyped_storage())
+        assert bias.expired() == selective_cp
+    elementwise = {aten.native_batch_norm, aten.gelu, aten.add}
+    assert elementwise & held[False].keys()
+    # Left: the patch embedding's LayerNorm (the first block's input), products, attention.
+    assert not elementwise & held[True].keys(), held[True]
+    # 0.56 at this tiny size (0.44 for CMT-S at 800x1333: docs/benchmarks.md).
+    assert sum(held[True].values()) < 0.6 * sum(held[False].values())
+
+
+def test_recomputed_in_backward_rebuilds_once_and_checks_its_sources():
+    from cvt_mm.models.layers import RecomputedInBackward
+
+    param = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
+    calls = []
+
+    def expand():
+        calls.append(1)
+        return (param.repeat(5, 5) * 2).contiguous()
+
+    weights = [torch.randn(15, 20, dtype=torch.float64, requires_grad=True) for _ in range(3)]
+
+    def run():
+        big = expand()
+        with RecomputedInBackward(big, expand, sources=(param, )):
+            return sum((big * w).exp().sum() + big[2:].sum() for w in weights)
+
+    loss = run()
+    big = param.repeat(5, 5) * 2  # kept: the same graph, so the same summation order
+    plain = sum((big * w).exp().sum() + big[2:].sum() for w in weights)
+    grads = torch.autograd.grad(loss, [param, *weights])
+    assert len(calls) == 2  # the forward, then once for the three products that saved it
+    for a, b in zip(grads, torch.autograd.grad(plain, [param, *weights])):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    loss = run()
+    with torch.no_grad():
+        param.add_(1.0)
+    with pytest.raises(RuntimeError, match='modified in place'):
+        loss.backward()
+
+
 # ------------------------------------------------------------------------------ errors
 @pytest.mark.parametrize('kwargs,match', [
     (dict(arch='l'), r"arch='l' is not supported; allowed: 'ti', 'xs', 's', 'b'"),
@@ -464,6 +564,7 @@ def test_with_cp_gives_the_same_gradients():
     (dict(frozen_stages=5), r'frozen_stages must be an int in -1\.\.4'),
     (dict(num_classes=0, out_type='logits'), 'num_classes must be > 0'),
     (dict(drop_path_rate=1.5), r'drop_path_rate must be in \[0, 1\)'),
+    (dict(selective_cp=1), 'selective_cp must be True or False'),
     (dict(pretrain_img_size=16), 'pretrain_img_size must be.*>= 32'),
     (dict(init_cfg=dict(type='Pretrained')), 'needs checkpoint=PATH'),
 ])

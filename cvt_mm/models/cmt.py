@@ -19,6 +19,7 @@ the grids of ``pretrain_img_size`` and resized at run time by :func:`resize_rela
 """
 from __future__ import annotations
 
+import functools
 import math
 from collections import OrderedDict
 from typing import List, Optional, Sequence, Tuple, Union
@@ -33,7 +34,13 @@ from ..checkpoint.io import CheckpointError
 from ..registry import MODELS
 from .attention import attention, merge_heads, split_heads
 from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
-from .layers import nchw_to_nlc, nlc_to_nchw, run_blocks, stochastic_depth_rates
+from .layers import (
+    RecomputedInBackward,
+    nchw_to_nlc,
+    nlc_to_nchw,
+    run_blocks,
+    stochastic_depth_rates,
+)
 from .matrix_resize import ceil_div, is_symbolic, resize_relative_pos
 
 Grid = Tuple[int, int]
@@ -215,7 +222,7 @@ class CMTStage(nn.Module):
     def __init__(self, in_channels: int, dim: int, depth: int, num_heads: int,
                  mlp_ratio: float, sr_ratio: int, drop_paths: Sequence[float],
                  query_grid: Grid, key_grid: Grid, use_sdpa: bool, with_cp: bool,
-                 bias_cache_size: int):
+                 selective_cp: bool, bias_cache_size: int):
         super().__init__()
         self.patch_embed = PatchEmbed(in_channels, dim)
         self.query_grid, self.key_grid = tuple(query_grid), tuple(key_grid)
@@ -226,6 +233,7 @@ class CMTStage(nn.Module):
         self.blocks = nn.ModuleList(
             CMTBlock(dim, num_heads, mlp_ratio, sr_ratio, dp, use_sdpa) for dp in drop_paths)
         self.with_cp = with_cp
+        self.selective_cp = selective_cp
         self.bias_cache_size = bias_cache_size
         self._bias_cache: OrderedDict = OrderedDict()
 
@@ -264,7 +272,19 @@ class CMTStage(nn.Module):
         x, hw = self.patch_embed(x)
         key_grid = (ceil_div(hw[0], self.sr_ratio), ceil_div(hw[1], self.sr_ratio))
         bias = self.relative_pos_for(hw, key_grid)
-        return run_blocks(self.blocks, x, hw, bias, with_cp=self.with_cp), hw
+        blocks = functools.partial(run_blocks, self.blocks, x, hw, bias, with_cp=self.with_cp,
+                                   selective_cp=self.selective_cp)
+        # A resized bias, (heads, Nq, Nk), is the largest tensor of a stage at detection sizes
+        # (280 MB in stage 1 at 800x1333) and every block saves it for the backward; its
+        # parameter is small and the resize a few matrix products, so the backward rebuilds
+        # it once per stage rather than keeping it from the forward until then.
+        if (self.selective_cp and self.training and torch.is_grad_enabled()
+                and bias is not self.relative_pos and not torch.compiler.is_compiling()):
+            with RecomputedInBackward(bias, functools.partial(
+                    resize_relative_pos, self.relative_pos, self.query_grid, self.key_grid,
+                    hw, key_grid), sources=(self.relative_pos, )):
+                return blocks(), hw
+        return blocks(), hw
 
 
 @MODELS.register_module()
@@ -306,6 +326,15 @@ class CMT(ConvViTBackbone):
         norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
         with_cp (bool): recompute each block's activations in the backward pass instead of
             storing them (training only). Default False.
+        selective_cp (bool): keep for the backward only the outputs of each block's
+            convolutions, linear layers and attention, and recompute the element-wise
+            operators between them (norms, activations, residual adds) and each stage's
+            resized relative-position bias in the backward pass instead of storing their
+            outputs: the same values and gradients for 45 % of the activation memory, and on
+            a CPU less time, not more (docs/benchmarks.md, "Training memory"); the detection
+            and segmentation configs turn it on. Training only; not under
+            ``torch.compile``, whose partitioner chooses what to keep. A second backward
+            through one graph (``retain_graph=True``) needs ``False``. Default False.
         use_sdpa (bool): ``scaled_dot_product_attention`` with the bias as additive mask;
             ``False`` runs the reference path. Default True.
         bias_cache_size (int): resized biases kept per stage in eval mode (input sizes, LRU).
@@ -338,7 +367,7 @@ class CMT(ConvViTBackbone):
                  drop_path_rate: float = 0.1,
                  pretrain_img_size: Optional[Union[int, Tuple[int, int]]] = None,
                  frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
-                 use_sdpa: bool = True, bias_cache_size: int = 2,
+                 selective_cp: bool = False, use_sdpa: bool = True, bias_cache_size: int = 2,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
         super().__init__(in_channels=in_channels, out_indices=out_indices, out_type=out_type,
                          out_norm_cfg=out_norm_cfg, num_classes=num_classes,
@@ -350,6 +379,8 @@ class CMT(ConvViTBackbone):
             cfg['stem_channels'] = cfg['embed_dims'][0] // 2
         if not isinstance(drop_path_rate, (int, float)) or not 0 <= drop_path_rate < 1:
             raise ValueError(f'drop_path_rate must be in [0, 1), got {drop_path_rate!r}')
+        if not isinstance(selective_cp, bool):
+            raise ValueError(f'selective_cp must be True or False, got {selective_cp!r}')
         if not isinstance(bias_cache_size, int) or bias_cache_size < 0:
             raise ValueError(f'bias_cache_size must be an int >= 0, got {bias_cache_size!r}')
         pretrain_img_size = pretrain_img_size or cfg['pretrain_img_size']
@@ -377,7 +408,8 @@ class CMT(ConvViTBackbone):
             self.stages.append(CMTStage(
                 channels, self.embed_dims[i], self.depths[i], cfg['num_heads'][i],
                 cfg['mlp_ratio'], cfg['sr_ratios'][i], drop_paths[i], *grids[i],
-                use_sdpa=use_sdpa, with_cp=with_cp, bias_cache_size=bias_cache_size))
+                use_sdpa=use_sdpa, with_cp=with_cp, selective_cp=selective_cp,
+                bias_cache_size=bias_cache_size))
             channels = self.embed_dims[i]
 
         # Official classification stage: 1x1 conv -> BN -> Swish -> pool -> dropout -> Linear.

@@ -16,5 +16,6 @@ model = dict(
         # BatchNorm at 2 images per GPU (stem, sr convs, IRFFN): keep the ImageNet
         # statistics, as for CvT (see mask_rcnn_cvt13_fpn.py).
         norm_eval=True,
+        selective_cp=True,  # 0.45x the activation memory, same gradients: docs/benchmarks.md
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     neck=dict(in_channels=[64, 128, 256, 512]))

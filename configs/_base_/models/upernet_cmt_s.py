@@ -16,6 +16,7 @@ model = dict(
         out_indices=(0, 1, 2, 3),
         out_norm_cfg=dict(type='LN'),
         num_classes=0,
+        selective_cp=True,  # 0.45x the activation memory, same gradients: docs/benchmarks.md
         init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
     decode_head=dict(in_channels=[64, 128, 256, 512], in_index=[0, 1, 2, 3],
                      pool_scales=(1, 2, 3, 6), num_classes=150),
