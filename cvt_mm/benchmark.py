@@ -12,7 +12,8 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
 * ``backbone``: a backbone per input size, mode (``infer``: eval forward under
   ``torch.no_grad()``; ``train``: forward, then backward of the sum of the outputs' means) and
   attention path; ``--compile`` adds ``torch.compile`` (inductor) for the train cases, its
-  compilation reported apart.
+  compilation reported apart; ``--vs-hf`` adds Hugging Face's CvT classifier at the same
+  arch (:class:`HFCvtLogits`; path ``hf``) and its time over ours.
 * ``train-iter``: one Mask R-CNN training iteration (CvT-13, CMT-S and MMDetection's own
   Swin-T, side by side): ``fwd s`` is data preprocessing, forward and losses, ``bwd s`` the
   backward and the optimizer step; the ratios to Swin-T's time and work.
@@ -51,7 +52,7 @@ from typing import Callable, List, Optional
 import torch
 
 __all__ = ['time_steps', 'peak_memory_gib', 'held_for_backward', 'machine_rates',
-           'top_operators', 'case_env',
+           'HFCvtLogits', 'hf_peer_config', 'top_operators', 'case_env',
            'backbone_case', 'train_iteration_case', 'classification_step_case', 'main',
            'TRAIN_ITER_CONFIGS']
 
@@ -197,6 +198,54 @@ def _default_threads() -> int:
 
 
 # ------------------------------------------------------------------------- cases
+class HFCvtLogits(torch.nn.Module):
+    """Hugging Face's ``CvtForImageClassification`` (``transformers``) at the sizes of a CvT
+    ``arch`` (a row of ``CvT.arch_zoo`` by name, or a dict), random weights, returning
+    ``(logits,)`` as ``CvT(out_type='logits')`` does: the peer that ``benchmark.py backbone
+    --vs-hf`` times beside ours. Hugging Face's CvT is the official architecture with exact
+    GELU (the official weights use QuickGELU), so the work is the same.
+
+    Example::
+
+        >>> logits, = HFCvtLogits('13', num_classes=1000)(torch.randn(2, 3, 224, 224))
+    """
+
+    def __init__(self, arch='13', num_classes: int = 1000):
+        super().__init__()
+        try:
+            from transformers import CvtConfig, CvtForImageClassification
+        except ImportError as err:
+            raise ImportError('--vs-hf times Hugging Face\'s CvT, which needs transformers: '
+                              'pip install transformers') from err
+        from cvt_mm.models.base import resolve_arch
+        from cvt_mm.models.cvt import CvT
+        row = resolve_arch(arch, CvT.arch_zoo, 3)
+        # transformers 5 indexes a stage's drop-path rates by the stage's index.
+        if any(depth <= i for i, depth in enumerate(row['depths'])):
+            raise ValueError("Hugging Face's CvT needs more than i blocks in stage i, got "
+                             f"depths={list(row['depths'])}")
+        self.in_channels = 3
+        self.model = CvtForImageClassification(CvtConfig(
+            embed_dim=list(row['embed_dims']), num_heads=list(row['num_heads']),
+            depth=list(row['depths']), num_labels=num_classes))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        return (self.model(pixel_values=x).logits, )
+
+
+def hf_peer_config(model_cfg: dict) -> dict:
+    """The ``--model`` of Hugging Face's CvT with the arch and classes of our CvT
+    ``model_cfg``; ``ValueError`` for another family (Hugging Face has no CMT)."""
+    if model_cfg.get('type') != 'CvT':
+        raise ValueError(f"--vs-hf compares with Hugging Face's CvT, so --model must be a "
+                         f"CvT, got type={model_cfg.get('type')!r}")
+    if model_cfg.get('out_type') != 'logits':
+        raise ValueError("--vs-hf times Hugging Face's classifier: give --model "
+                         "out_type='logits' so that both do the same work")
+    return dict(type='HFCvtLogits', arch=model_cfg.get('arch', '13'),
+                num_classes=model_cfg.get('num_classes', 1000))
+
+
 def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compiled: bool,
                   warmup: int, runs: int, threads: int, profile: int = 0) -> dict:
     """One backbone case (run inside its own process): see the module doc."""
@@ -205,8 +254,11 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    model = MODELS.build(dict(model_cfg, use_sdpa=path == 'sdpa'))
-    model.init_weights()
+    if model_cfg['type'] == 'HFCvtLogits':
+        model = HFCvtLogits(model_cfg['arch'], model_cfg['num_classes'])
+    else:
+        model = MODELS.build(dict(model_cfg, use_sdpa=path == 'sdpa'))
+        model.init_weights()
     model.train(mode == 'train')
     x = torch.randn(batch, getattr(model, 'in_channels', 3), *size)
     model_gib = peak_memory_gib()
@@ -379,6 +431,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help='attention paths (reference: the plain formula, for comparison)')
     b.add_argument('--compile', action='store_true',
                    help='also time train cases under torch.compile (inductor)')
+    b.add_argument('--vs-hf', action='store_true',
+                   help="also time Hugging Face's CvtForImageClassification at the same arch "
+                   "(--model a CvT with out_type='logits'; needs transformers) and print "
+                   'its time over ours')
     b.add_argument('--warmup', type=int, default=1)
     b.add_argument('--runs', type=int, default=3)
     b.add_argument('--threads', type=int, default=_default_threads())
@@ -442,11 +498,17 @@ def _backbone(args) -> int:
               '--profile', str(args.profile)]
     if args.case:
         size, path, mode, compiled = json.loads(args.case)
-        print(json.dumps(backbone_case(args.model, size, args.batch, mode, path, compiled,
+        model_cfg = hf_peer_config(args.model) if path == 'hf' else args.model
+        print(json.dumps(backbone_case(model_cfg, size, args.batch, mode, path, compiled,
                                        args.warmup, args.runs, args.threads, args.profile)))
         return 0
+    if args.vs_hf:
+        try:
+            hf_peer_config(args.model)
+        except ValueError as err:
+            raise SystemExit(f'benchmark.py backbone: {err}')
     cases = [(size, path, mode, False) for size in args.sizes for mode in args.modes
-             for path in args.paths]
+             for path in args.paths + (['hf'] if args.vs_hf else [])]
     if args.compile:
         cases += [(size, path, 'train', True) for size in args.sizes for path in args.paths]
     print(f'model: {args.model}  batch: {args.batch}')
@@ -473,6 +535,12 @@ def _backbone(args) -> int:
         if res.get('held_gib'):
             lines[-1] += (f' {sum(res["held_gib"].values()):9.2f}  (' + ', '.join(
                 f'{k} {v:.2f}' for k, v in res['held_gib'].items()) + ')')
+        ours = next((r for r in results if r['size'] == label and r['path'] == 'sdpa'
+                     and r['mode'] == mode and not r['compiled']), None)
+        if path == 'hf' and ours:  # Hugging Face's time over ours: > 1 is ours ahead
+            res['hf_over_ours'] = ((res['fwd_s'] + (res['bwd_s'] or 0))
+                                   / (ours['fwd_s'] + (ours['bwd_s'] or 0)))
+            lines[-1] += f'  (Hugging Face / ours: {res["hf_over_ours"]:.2f}x the time)'
         if compiled:
             eager = next((r for r in results if r['size'] == label and r['path'] == path
                           and r['mode'] == 'train' and not r['compiled']), None)

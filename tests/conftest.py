@@ -1,11 +1,17 @@
 """Fixtures shared across test modules: the tiny generated datasets, made once per session,
-and two-process (gloo) training runs through tools/dist_train.sh, run once per base config."""
+two-process (gloo) training runs through tools/dist_train.sh, run once per base config, and a
+real transformers 5 installed once into a folder of its own."""
+import os
 import os.path as osp
 import socket
+import subprocess
+import sys
 
 import pytest
 
 from helpers import det_user_config, make_tiny_data, run_tool, seg_user_config
+
+TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
 
 # Iterations of each distributed run: DDP's bookkeeping breaks on the second one, so run more.
 DIST_ITERATIONS = 3
@@ -14,6 +20,20 @@ DIST_ITERATIONS = 3
 @pytest.fixture(scope='session')
 def tiny_data(tmp_path_factory):
     return make_tiny_data(str(tmp_path_factory.mktemp('data')))
+
+
+@pytest.fixture(scope='session')
+def with_transformers5(tmp_path_factory):
+    """An environment whose PYTHONPATH holds a real transformers 5, installed into a temporary
+    folder (the venv stays without it, as users' venvs may be)."""
+    target = tmp_path_factory.mktemp('transformers5')
+    proc = subprocess.run([sys.executable, '-m', 'pip', 'install', '-q',
+                           '--disable-pip-version-check', '--target', str(target), TRANSFORMERS],
+                          capture_output=True, text=True, timeout=600)
+    if proc.returncode:
+        pytest.skip(f'could not install {TRANSFORMERS} (no package index?): '
+                    f'{proc.stderr.strip().splitlines()[-1:]}')
+    return dict(os.environ, PYTHONPATH=str(target))
 
 
 def free_port() -> int:

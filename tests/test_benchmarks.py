@@ -64,9 +64,9 @@ def test_counts_match_the_papers(model, size, published):
     assert abs(gmacs - published) <= 0.08 * published + 0.05, gmacs
 
 
-def run_tool(*args) -> subprocess.CompletedProcess:
+def run_tool(*args, env=None) -> subprocess.CompletedProcess:
     proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return proc
 
@@ -88,8 +88,64 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     assert 2.5 < train['gflop'] / infer['gflop'] < 3.5  # backward ~ twice the forward
     assert infer['bwd_s'] is None and train['bwd_s'] > 0
     assert train['peak_gib'] >= train['model_gib'] > 0
+    # What the forward holds for the backward, per part: every stage holds some.
+    assert list(train['held_gib']) == ['stem', 'stage1', 'stage2', 'stage3', 'stage4', 'rest']
+    assert all(train['held_gib'][f'stage{i}'] > 0 for i in range(1, 5))
+    assert 'held_gib' not in infer and 'stage1 ' in proc.stdout
     assert 'convolution_backward' in train['profile_backward']
     assert 'top operators, forward' in proc.stdout and '64x96' in proc.stdout
+
+
+def test_held_for_backward_counts_exactly_what_the_graph_keeps():
+    from cvt_mm.benchmark import held_for_backward
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stages = torch.nn.ModuleList([torch.nn.Identity(), torch.nn.Identity()])
+
+        def forward(self, x):
+            x = x * 3  # a product with a constant saves nothing
+            y = self.stages[0](x).exp()  # exp saves its output: 1000 floats in stage 1
+            z = self.stages[1](y).sin()  # sin saves its input, y again: counted once
+            return z.cos().sum()  # cos saves z (after the last stage: 'rest')
+
+    x = torch.randn(1000, requires_grad=True)
+    held, out = held_for_backward(Net(), x)
+    assert held == {'stem': 0, 'stage1': 4000, 'stage2': 0, 'rest': 4000}
+    out.backward()
+    torch.testing.assert_close(x.grad, -torch.sin((3 * x).exp().sin()) *
+                               torch.cos((3 * x).exp()) * (3 * x).exp() * 3)
+    held, _ = held_for_backward(Net(), x, by='operator')
+    assert held == {torch.ops.aten.exp: 4000, torch.ops.aten.sin: 4000}
+    with pytest.raises(ValueError, match="by must be 'part' or 'operator'"):
+        held_for_backward(Net(), x, by='stage')
+
+
+@pytest.mark.slow
+def test_benchmark_backbone_times_hugging_face_cvt_beside_ours(tmp_path, with_transformers5):
+    small = ("dict(type='CvT', arch=dict(embed_dims=[16, 32, 64], num_heads=[1, 2, 4], "
+             "depths=[1, 2, 3]), out_type='logits', num_classes=10)")
+    out = tmp_path / 'bench.json'
+    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model', small,
+                    '--sizes', '64x64', '--modes', 'infer', 'train', '--runs', '1',
+                    '--warmup', '0', '--vs-hf', '--json', str(out), env=with_transformers5)
+    results = json.loads(out.read_text())['results']
+    assert [(r['path'], r['mode']) for r in results] == [
+        ('sdpa', 'infer'), ('hf', 'infer'), ('sdpa', 'train'), ('hf', 'train')]
+    for ours, hf in (results[:2], results[2:]):
+        # The same architecture: the same work, to the cls token's few extra products.
+        assert hf['gflop'] == pytest.approx(ours['gflop'], rel=0.02)
+        wall = [r['fwd_s'] + (r['bwd_s'] or 0) for r in (ours, hf)]
+        assert hf['hf_over_ours'] == pytest.approx(wall[1] / wall[0])
+    assert proc.stdout.count('Hugging Face / ours') == 2
+    # Hugging Face has no CMT, and a feature-map backbone does other work than its classifier.
+    for model, message in [("dict(type='CMT', arch='ti')", "--model must be a CvT"),
+                           ("dict(type='CvT', arch='13')", "out_type='logits'")]:
+        proc = subprocess.run([sys.executable, 'tools/analysis_tools/benchmark.py', 'backbone',
+                               '--model', model, '--vs-hf'], cwd=REPO, capture_output=True,
+                              text=True, timeout=120)
+        assert proc.returncode != 0 and message in proc.stderr, proc.stderr[-2000:]
 
 
 @pytest.mark.slow

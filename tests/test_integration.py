@@ -1,6 +1,5 @@
 """cvt_mm.integration, change 1: MMPretrain 1.2.0 beside transformers 5 (what GPU images ship):
 importing cvt_mm keeps ``mmpretrain.models`` and our classification configs working."""
-import os
 import os.path as osp
 import subprocess
 import sys
@@ -11,22 +10,6 @@ import pytest
 pytestmark = pytest.mark.slow
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
-
-
-@pytest.fixture(scope='module')
-def with_transformers5(tmp_path_factory):
-    """PYTHONPATH with a real transformers 5 installed into a temporary folder."""
-    target = tmp_path_factory.mktemp('transformers5')
-    proc = subprocess.run([sys.executable, '-m', 'pip', 'install', '-q',
-                           '--disable-pip-version-check', '--target', str(target), TRANSFORMERS],
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode:
-        pytest.skip(f'could not install {TRANSFORMERS} (no package index?): '
-                    f'{proc.stderr.strip().splitlines()[-1:]}')
-    return dict(os.environ, PYTHONPATH=str(target))
-
-
 def run_python(code: str, env: dict) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, '-c', code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=300)
