@@ -13,7 +13,7 @@ demo: env
 	bash tools/misc/run_demo.sh
 
 test: env
-	$(PY) -m pytest tests
+	$(PY) -m pytest tests --durations=30
 
 # The unit tests only: no end-to-end training or tool runs (marked `slow`).
 test-fast: env
