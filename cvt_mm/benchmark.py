@@ -154,8 +154,9 @@ def held_for_backward(model: torch.nn.Module, *args, by: str = 'part') -> tuple:
             h.remove()
     outputs = {t.untyped_storage().data_ptr() for t in tree_flatten(outs)[0]
                if isinstance(t, torch.Tensor)}
-    held = dict.fromkeys(['stem', *(f'stage{i}' for i in range(1, len(hooks))), 'rest'], 0) \
-        if hooks and by == 'part' else {}
+    stages = len(getattr(model, 'stages', ()))
+    held = dict.fromkeys(['stem', *(f'stage{i}' for i in range(1, stages + 1)), 'rest'], 0) \
+        if stages and by == 'part' else {}
     for ptr, (ref, nbytes, where) in written.items():
         if not ref.expired() and ptr not in outputs:
             held[where] = held.get(where, 0) + nbytes
@@ -492,6 +493,12 @@ def _write_json(path: Optional[str], **fields) -> None:
             json.dump(fields, f, indent=1)
 
 
+def _eager_result(results: List[dict], size: str, path: str, mode: str) -> Optional[dict]:
+    """The eager (not compiled) result of one size, attention path and mode, if run."""
+    return next((r for r in results if (r['size'], r['path'], r['mode']) == (size, path, mode)
+                 and not r['compiled']), None)
+
+
 def _backbone(args) -> int:
     common = ['backbone', '--model', repr(args.model), '--batch', str(args.batch), '--warmup',
               str(args.warmup), '--runs', str(args.runs), '--threads', str(args.threads),
@@ -535,15 +542,13 @@ def _backbone(args) -> int:
         if res.get('held_gib'):
             lines[-1] += (f' {sum(res["held_gib"].values()):9.2f}  (' + ', '.join(
                 f'{k} {v:.2f}' for k, v in res['held_gib'].items()) + ')')
-        ours = next((r for r in results if r['size'] == label and r['path'] == 'sdpa'
-                     and r['mode'] == mode and not r['compiled']), None)
-        if path == 'hf' and ours:  # Hugging Face's time over ours: > 1 is ours ahead
+        ours = _eager_result(results, label, 'sdpa', mode) if path == 'hf' else None
+        if ours:  # Hugging Face's time over ours: > 1 is ours ahead
             res['hf_over_ours'] = ((res['fwd_s'] + (res['bwd_s'] or 0))
                                    / (ours['fwd_s'] + (ours['bwd_s'] or 0)))
             lines[-1] += f'  (Hugging Face / ours: {res["hf_over_ours"]:.2f}x the time)'
         if compiled:
-            eager = next((r for r in results if r['size'] == label and r['path'] == path
-                          and r['mode'] == 'train' and not r['compiled']), None)
+            eager = _eager_result(results, label, path, 'train')
             if eager:
                 res['speedup'] = (eager['fwd_s'] + eager['bwd_s']) / (res['fwd_s'] +
                                                                       res['bwd_s'])

@@ -22,6 +22,7 @@ from __future__ import annotations
 import functools
 import math
 from collections import OrderedDict
+from contextlib import nullcontext
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -272,19 +273,20 @@ class CMTStage(nn.Module):
         x, hw = self.patch_embed(x)
         key_grid = (ceil_div(hw[0], self.sr_ratio), ceil_div(hw[1], self.sr_ratio))
         bias = self.relative_pos_for(hw, key_grid)
-        blocks = functools.partial(run_blocks, self.blocks, x, hw, bias, with_cp=self.with_cp,
-                                   selective_cp=self.selective_cp)
         # A resized bias, (heads, Nq, Nk), is the largest tensor of a stage at detection sizes
         # (280 MB in stage 1 at 800x1333) and every block saves it for the backward; its
         # parameter is small and the resize a few matrix products, so the backward rebuilds
         # it once per stage rather than keeping it from the forward until then.
-        if (self.selective_cp and self.training and torch.is_grad_enabled()
-                and bias is not self.relative_pos and not torch.compiler.is_compiling()):
-            with RecomputedInBackward(bias, functools.partial(
-                    resize_relative_pos, self.relative_pos, self.query_grid, self.key_grid,
-                    hw, key_grid), sources=(self.relative_pos, )):
-                return blocks(), hw
-        return blocks(), hw
+        recompute_bias = (self.selective_cp and self.training and torch.is_grad_enabled()
+                          and bias is not self.relative_pos
+                          and not torch.compiler.is_compiling())
+        keeping = RecomputedInBackward(bias, functools.partial(
+            resize_relative_pos, self.relative_pos, self.query_grid, self.key_grid, hw,
+            key_grid), sources=(self.relative_pos, )) if recompute_bias else nullcontext()
+        with keeping:
+            x = run_blocks(self.blocks, x, hw, bias, with_cp=self.with_cp,
+                           selective_cp=self.selective_cp)
+        return x, hw
 
 
 @MODELS.register_module()
