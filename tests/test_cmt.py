@@ -481,6 +481,27 @@ def test_selective_recomputation_changes_no_value_gradient_or_statistic(norm_eva
     assert all(torch.equal(bufs_a[n], bufs_b[n]) for n in bufs_a)
 
 
+def test_selective_recomputation_over_several_optimizer_steps_and_accumulation():
+    """Training repeats: three SGD steps (the parameters, the bias's source included, change
+    in place between them) and one step that accumulates two forwards before its backward
+    end with bitwise the weights and BatchNorm statistics of storing everything."""
+    finals = []
+    for selective_cp in (False, True):
+        torch.manual_seed(0)
+        model = tiny(drop_path_rate=0.2, selective_cp=selective_cp).train()
+        optim = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        torch.manual_seed(1)
+        for step in range(4):
+            inputs = [torch.randn(2, 3, 64, 96)] * (2 if step == 3 else 1)
+            losses = [sum(o.square().mean() for o in model(x)) for x in inputs]
+            sum(losses).backward()
+            optim.step()
+            optim.zero_grad(set_to_none=True)
+        finals.append({**model.state_dict()})
+    for name, value in finals[0].items():
+        assert torch.equal(value, finals[1][name]), name
+
+
 def test_selective_recomputation_under_cpu_autocast():
     """The resized bias is rebuilt in the backward under the forward's autocast state (its
     products ran in bfloat16 there), so mixed precision gets the same gradients too."""
