@@ -1,13 +1,16 @@
 """The fast paths the benchmarks rely on: which attention kernel runs, the exact gradient of
-CMT's bias through the fused CPU kernel, and ``torch.compile`` without graph breaks."""
+CMT's bias through the fused CPU kernel, the fused element-wise rewrites of the blocks, and
+``torch.compile`` without graph breaks."""
 import pytest
 import torch
+from mmcv.cnn.bricks import DropPath
 from torch.profiler import ProfilerActivity, profile
 
 import cvt_mm  # noqa: F401  (registers the backbones)
 from cvt_mm.models.attention import BiasGradAttention, reference_attention, sdpa_attention
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
+from cvt_mm.models.layers import QuickGELU, ResidualDropPath
 
 FUSED_CPU = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 MATH = 'aten::_scaled_dot_product_attention_math'
@@ -108,6 +111,55 @@ def test_bias_grad_attention_in_low_precision_is_close_to_float32(dtype):
         grads[dt] = [t.grad.float() for t in leaves]
     for name, ref, low in zip('qkvb', grads[torch.float32], grads[dtype]):
         assert (low - ref).abs().max() <= 0.05 * ref.abs().max(), name
+
+
+# ----------------------------------------------------------------- fused element-wise passes
+def values_and_grads(fn, *inputs):
+    """``fn()`` and the gradients of a fixed random projection of it w.r.t. those of
+    ``inputs`` (tensors and parameters) that require one."""
+    out = fn()
+    weights = torch.randn(out.shape, generator=torch.Generator().manual_seed(9))
+    leaves = [t for t in inputs if t.requires_grad]
+    return out, torch.autograd.grad((out * weights).sum(), leaves)
+
+
+def test_cvt_mlp_is_fc2_of_quick_gelu_of_fc1_with_its_gradients():
+    """``silu(a h) / a`` computed in place gives the official MLP, values and gradients."""
+    torch.manual_seed(0)
+    mlp = CvT(arch=SMALL_CVT).stages[0].blocks[0].mlp
+    x = torch.randn(2, 7, 16, requires_grad=True)
+    params = [x, mlp.fc1.weight, mlp.fc1.bias, mlp.fc2.weight, mlp.fc2.bias]
+    fused = values_and_grads(lambda: mlp(x), *params)
+    plain = values_and_grads(lambda: mlp.fc2(QuickGELU()(mlp.fc1(x))), *params)
+    torch.testing.assert_close(fused[0], plain[0])
+    for a, b in zip(fused[1], plain[1]):
+        torch.testing.assert_close(a, b)
+
+
+@pytest.mark.parametrize('drop_prob', [0.0, 0.3])
+def test_residual_drop_path_draws_and_scales_as_mmcv_drop_path(drop_prob):
+    x = torch.randn(64, 5, 6, requires_grad=True)
+    branch = torch.randn(64, 5, 6, requires_grad=True)
+    results = []
+    for fn in (lambda: ResidualDropPath(drop_prob)(x, branch),
+               lambda: x + DropPath(drop_prob)(branch)):
+        torch.manual_seed(4)
+        results.append(values_and_grads(fn, x, branch))
+    (ours, (gx, gb)), (theirs, (tx, tb)) = results
+    torch.testing.assert_close(ours, theirs)
+    torch.testing.assert_close(gx, tx)
+    torch.testing.assert_close(gb, tb)
+    dropped = (ours - x).detach().flatten(1).abs().amax(1) == 0
+    # Whole samples are dropped, about drop_prob of them, and the others are rescaled.
+    assert 0.1 <= dropped.float().mean() <= 0.5 if drop_prob else not dropped.any()
+
+
+def test_residual_drop_path_is_a_plain_sum_in_eval_and_checks_its_rate():
+    x, branch = torch.randn(4, 3, 8), torch.randn(4, 3, 8)
+    assert torch.equal(ResidualDropPath(0.5).eval()(x, branch), x + branch)
+    for bad in (1.0, -0.1):
+        with pytest.raises(ValueError, match=r'drop_prob must be in \[0, 1\)'):
+            ResidualDropPath(bad)
 
 
 # ----------------------------------------------------------------------------- torch.compile

@@ -27,7 +27,6 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from mmcv.cnn.bricks import DropPath
 from mmengine.logging import print_log
 from torch import nn
 
@@ -37,6 +36,7 @@ from .attention import attention, merge_heads, split_heads
 from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
 from .layers import (
     RecomputedInBackward,
+    ResidualDropPath,
     nchw_to_nlc,
     nlc_to_nchw,
     run_blocks,
@@ -203,13 +203,13 @@ class CMTBlock(nn.Module):
         self.attn = LMHSA(dim, num_heads, sr_ratio, use_sdpa)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.ffn = IRFFN(dim, int(dim * mlp_ratio))
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path = ResidualDropPath(drop_path)
 
     def forward(self, x: torch.Tensor, hw: Grid, bias: torch.Tensor) -> torch.Tensor:
         fmap = nlc_to_nchw(x, hw)
         x = nchw_to_nlc(self.lpu(fmap) + fmap)
-        x = x + self.drop_path(self.attn(self.norm1(x), hw, bias))
-        return x + self.drop_path(self.ffn(self.norm2(x), hw))
+        x = self.drop_path(x, self.attn(self.norm1(x), hw, bias))
+        return self.drop_path(x, self.ffn(self.norm2(x), hw))
 
 
 class CMTStage(nn.Module):

@@ -18,15 +18,16 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
-from mmcv.cnn.bricks import DropPath
+import torch.nn.functional as F
 from torch import nn
 
 from ..registry import MODELS
 from .attention import attention, merge_heads, split_heads
 from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
 from .layers import (
+    QUICK_GELU_SCALE,
     FP32LayerNorm,
-    QuickGELU,
+    ResidualDropPath,
     nchw_to_nlc,
     nlc_to_nchw,
     run_blocks,
@@ -112,8 +113,10 @@ class ConvAttention(nn.Module):
     def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
         cls_tokens, tokens = x[:, :num_cls_tokens], x[:, num_cls_tokens:]
         fmap = nlc_to_nchw(tokens, hw)
-        q, k, v = (torch.cat([cls_tokens, proj(fmap)], dim=1)
-                   for proj in (self.conv_proj_q, self.conv_proj_k, self.conv_proj_v))
+        q, k, v = (proj(fmap) for proj in (self.conv_proj_q, self.conv_proj_k,
+                                           self.conv_proj_v))
+        if num_cls_tokens:  # (a concatenation with nothing would still copy)
+            q, k, v = (torch.cat([cls_tokens, t], dim=1) for t in (q, k, v))
         q = split_heads(self.proj_q(q), self.num_heads)
         k = split_heads(self.proj_k(k), self.num_heads)
         v = split_heads(self.proj_v(v), self.num_heads)
@@ -122,14 +125,22 @@ class ConvAttention(nn.Module):
 
 
 class Mlp(nn.Module):
+    """``fc2(QuickGELU(fc1(x)))``, with QuickGELU(h) computed as ``silu(a h) / a``: ``a h``
+    and ``/ a`` in place on tensors nothing else holds, so the widest tensor of the block
+    gets one new tensor and one fused pass (``silu``) forward, where ``h * sigmoid(a h)``
+    allocates three and keeps two of them for a five-pass backward. (fc1 and fc2 stay
+    ``nn.Linear`` modules called as such, for hooks and hook-based FLOP counters.)"""
+
     def __init__(self, dims: int, hidden_dims: int):
         super().__init__()
         self.fc1 = nn.Linear(dims, hidden_dims)
-        self.act = QuickGELU()
         self.fc2 = nn.Linear(hidden_dims, dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        # In place is safe: fc1's output is not saved for its backward (the input and the
+        # weight are), and silu saves its input, not its output.
+        hidden = F.silu(self.fc1(x).mul_(QUICK_GELU_SCALE)).div_(QUICK_GELU_SCALE)
+        return self.fc2(hidden)
 
 
 class CvTBlock(nn.Module):
@@ -139,13 +150,13 @@ class CvTBlock(nn.Module):
         super().__init__()
         self.norm1 = FP32LayerNorm(dims, eps=1e-5)
         self.attn = ConvAttention(dims, num_heads, use_sdpa=use_sdpa)
-        self.drop_path = DropPath(drop_path) if drop_path > 0 else nn.Identity()
+        self.drop_path = ResidualDropPath(drop_path)
         self.norm2 = FP32LayerNorm(dims, eps=1e-5)
         self.mlp = Mlp(dims, dims * MLP_RATIO)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
-        x = x + self.drop_path(self.attn(self.norm1(x), hw, num_cls_tokens))
-        return x + self.drop_path(self.mlp(self.norm2(x)))
+        x = self.drop_path(x, self.attn(self.norm1(x), hw, num_cls_tokens))
+        return self.drop_path(x, self.mlp(self.norm2(x)))
 
 
 class CvTStage(nn.Module):
