@@ -652,13 +652,17 @@ def test_mmpretrain_image_classifier_trains_on_logits():
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
     from mmpretrain.utils import register_all_modules
+    from mmengine.registry import DefaultScope
     register_all_modules(init_default_scope=False)
-    classifier = MODELS.build(dict(
-        type='ImageClassifier',
-        backbone=dict(type='CMT', arch=TINY, pretrain_img_size=64, num_classes=4,
-                      out_type='logits'),
-        neck=None,
-        head=dict(type='ClsHead', loss=dict(type='CrossEntropyLoss'))))
+    # Whatever scope an earlier test left current (MMEngine builds in the current scope's
+    # registry, so mmseg's would not know ImageClassifier).
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        classifier = MODELS.build(dict(
+            type='ImageClassifier',
+            backbone=dict(type='CMT', arch=TINY, pretrain_img_size=64, num_classes=4,
+                          out_type='logits'),
+            neck=None,
+            head=dict(type='ClsHead', loss=dict(type='CrossEntropyLoss'))))
     classifier.init_weights()
     x = torch.randn(4, 3, 64, 64)
     samples = [DataSample().set_gt_label(i % 4) for i in range(4)]

@@ -361,16 +361,20 @@ def test_builds_from_a_config_in_each_toolbox(registry_module):
 
 
 def test_mmpretrain_image_classifier_trains_the_classification_stage(tmp_path, source):
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
     model, x, logits, _ = source
     path = tmp_path / 'ours.pth'
     torch.save(model.state_dict(), path)
-    classifier = MODELS.build(dict(
-        type='ImageClassifier', neck=None,
-        backbone=dict(type='CvT', arch=TINY, num_classes=10, out_type='logits',
-                      init_cfg=dict(type='Pretrained', checkpoint=str(path))),
-        head=dict(type='ClsHead', loss=dict(type='CrossEntropyLoss'))))
+    # Whatever scope an earlier test left current (MMEngine builds in the current scope's
+    # registry, so mmseg's would not know ImageClassifier).
+    with DefaultScope.overwrite_default_scope('mmpretrain'):
+        classifier = MODELS.build(dict(
+            type='ImageClassifier', neck=None,
+            backbone=dict(type='CvT', arch=TINY, num_classes=10, out_type='logits',
+                          init_cfg=dict(type='Pretrained', checkpoint=str(path))),
+            head=dict(type='ClsHead', loss=dict(type='CrossEntropyLoss'))))
     classifier.init_weights()  # the classifier's init reaches the backbone's loader
     classifier.eval()
     with torch.no_grad():
