@@ -649,10 +649,10 @@ def test_built_from_mmseg_registry_in_encoder_decoder():
 
 
 def test_mmpretrain_image_classifier_trains_on_logits():
+    from mmengine.registry import DefaultScope
     from mmpretrain.registry import MODELS
     from mmpretrain.structures import DataSample
     from mmpretrain.utils import register_all_modules
-    from mmengine.registry import DefaultScope
     register_all_modules(init_default_scope=False)
     # Whatever scope an earlier test left current (MMEngine builds in the current scope's
     # registry, so mmseg's would not know ImageClassifier).
