@@ -17,7 +17,7 @@ from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import PREEMPTED_EXIT_CODE
 
 from conftest import free_port
-from helpers import ROOT, TOOLS, det_user_config, load_tool, seg_user_config
+from helpers import ROOT, TOOLS, det_user_config, load_tool, narrow_config, seg_user_config
 
 pytestmark = pytest.mark.slow
 
@@ -25,6 +25,10 @@ FAKE_SLURM = osp.join(ROOT, 'tests', 'fake_slurm')
 # Same thread count under torchrun (which sets it) and the slurm stand-in: floating-point
 # sums depend on it, and runs are compared bit for bit.
 BASE_ENV = dict(OMP_NUM_THREADS='1', PYTHON=sys.executable)
+# The models are narrow (helpers.narrow_config: iterations of a fraction of a second), so
+# each iteration and save starts with this pause: a signal sent when a checkpoint appears
+# lands in the next iteration, or in the save, however fast the machine.
+PACE = 0.5
 
 
 # ----------------------------------------------------------------------------- processes
@@ -120,43 +124,6 @@ def _assert_same_weights(reference, resumed):
 
 
 # ----------------------------------------------------------------------------- configs
-# What these tests check lives in the runner, the launchers and the data workers, not in the
-# model's width: a user config of ours keeps its Mask R-CNN or UperNet on a CvT
-# (convolutional projections, drop path 0.1, the BatchNorm policy) at a fraction of the
-# widths. An iteration is ~15x faster and a checkpoint 5 MB instead of 0.5 GB.
-_NARROW_BACKBONE = """backbone=dict(arch=dict(_delete_=True, embed_dims=[16, 32, 64],
-                                num_heads=[1, 2, 4], depths=[1, 1, 2])),"""
-_NARROW_MODEL = dict(det=f"""model = dict(
-    {_NARROW_BACKBONE}
-    neck=dict(in_channels=[16, 32, 64], out_channels=32),
-    rpn_head=dict(in_channels=32, feat_channels=32),
-    roi_head=dict(bbox_roi_extractor=dict(out_channels=32),
-                  bbox_head=dict(in_channels=32, fc_out_channels=64),
-                  mask_roi_extractor=dict(out_channels=32),
-                  mask_head=dict(in_channels=32, conv_out_channels=32)))
-""", seg=f"""model = dict(
-    {_NARROW_BACKBONE}
-    decode_head=dict(in_channels=[16, 32, 64], channels=32),
-    auxiliary_head=dict(in_channels=64, channels=32))
-""")
-# Iterations and checkpoint saves start with a pause (tests/paced_training.py): the
-# iteration after a checkpoint, or the save, is still running when a test's signal arrives,
-# however fast the machine.
-_PACED = """custom_imports = dict(imports=['cvt_mm', 'paced_training'],
-                      allow_failed_imports=False)
-custom_hooks = [dict(type='PaceHook', seconds=0.5)]
-"""
-
-
-def _narrowed(base: str, kind: str) -> str:
-    """Write ``<base>_narrow.py``: the user config ``base`` with the narrow model of
-    ``kind`` ('det' or 'seg') and paced iterations; return its path."""
-    path = base[:-len('.py')] + '_narrow.py'
-    with open(path, 'w') as f:
-        f.write(f'_base_ = {base!r}\n' + _NARROW_MODEL[kind] + _PACED)
-    return path
-
-
 def _exact_config(root, kind: str, data: str) -> str:
     """A user config of Mask R-CNN or UperNet on a narrow CvT (drop path 0.1) for two
     processes: 3 iterations per epoch, 2 epochs, checkpoints every 2 iterations, two
@@ -187,7 +154,7 @@ def _exact_config(root, kind: str, data: str) -> str:
         batch = 2
         loop = "dict(_delete_=True, type='EpochBasedTrainLoop', max_epochs=2, val_interval=10)"
     path = root / f'{kind}_exact.py'
-    path.write_text(f'''_base_ = {_narrowed(base, kind)!r}
+    path.write_text(f'''_base_ = {narrow_config(base, kind, PACE)!r}
 train_pipeline = {pipeline}
 train_dataloader = dict(batch_size={batch}, num_workers=2, persistent_workers=True,
                         sampler=dict(type='DefaultSampler', shuffle=True),
@@ -364,9 +331,9 @@ def test_two_nodes_train_together_and_write_one_checkpoint(tiny_data, tmp_path, 
     """Two nodes of one process each on 127.0.0.1 (gloo) train one detector together:
     through tools/dist_train.sh (NNODES=2, two torchrun agents with node ranks 0 and 1), or
     through tools/slurm_train.sh under the slurm stand-in (tasks with SLURM_NODEID 0 and 1)."""
-    config = _narrowed(det_user_config(str(tmp_path / 'user.py'), 'mask_rcnn_cvt13_coco.py',
-                                       osp.join(tiny_data, 'coco'), str(tmp_path / 'work'),
-                                       max_epochs=3), 'det')
+    config = narrow_config(det_user_config(str(tmp_path / 'user.py'), 'mask_rcnn_cvt13_coco.py',
+                                           osp.join(tiny_data, 'coco'), str(tmp_path / 'work'),
+                                           max_epochs=3), 'det')
     port = str(free_port())
     if launcher == 'torchrun':
         logs = [open(tmp_path / f'node{n}.log', 'w') for n in range(2)]

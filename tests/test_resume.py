@@ -15,7 +15,7 @@ import torch
 from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import find_resumable_checkpoint
 
-from helpers import ROOT, run_tool, seg_user_config
+from helpers import ROOT, narrow_config, run_tool, seg_user_config
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -78,11 +78,11 @@ def test_nothing_to_resume_is_said_plainly(tmp_path):
 
 # ----------------------------------------------------------------------------- exact resume
 def _exact_config(path, data, work):
-    """UperNet CvT-13 (drop path 0.1: the forward draws random numbers), deterministic,
-    6 iterations of MMSegmentation's iteration-based loop with its infinite sampler and two
-    persistent data workers (as the ADE20K configs load data), checkpoints every 2,
-    validation at 4 (after the checkpoint the run is killed after, before the next training
-    iteration)."""
+    """UperNet on a narrow CvT (drop path 0.1: the forward draws random numbers),
+    deterministic, 6 iterations of MMSegmentation's iteration-based loop with its infinite
+    sampler and two persistent data workers (as the ADE20K configs load data), checkpoints
+    every 2, validation at 4 (after the checkpoint the run is killed after, before the next
+    training iteration, which starts with a pause of PACE seconds)."""
     base = seg_user_config(
         str(path) + '.base.py', data, str(work), max_iters=6,
         randomness=dict(seed=0, deterministic=True),
@@ -90,7 +90,7 @@ def _exact_config(path, data, work):
         default_hooks=dict(logger=dict(interval=1),
                            checkpoint=dict(type='CheckpointHook', by_epoch=False, interval=2)))
     with open(path, 'w') as f:
-        f.write(f"_base_ = {base!r}\n"
+        f.write(f"_base_ = {narrow_config(base, 'seg', PACE)!r}\n"
                 "train_dataloader = dict(num_workers=2, persistent_workers=True,\n"
                 "                        sampler=dict(type='InfiniteSampler', shuffle=True))\n")
     return str(path)
@@ -100,15 +100,21 @@ def _weights(path):
     return read_checkpoint(str(path))['state_dict']
 
 
+# Seconds of pause before each iteration of the narrow model (tests/paced_training.py).
+PACE = 0.5
+# tests/ on the path of the training processes, for paced_training.
+PACED_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests'))
+
+
 @pytest.fixture(scope='module')
 def killed_and_resumed(tiny_data, tmp_path_factory):
     root = tmp_path_factory.mktemp('exact')
     data = osp.join(tiny_data, 'ade')
     config_a = _exact_config(root / 'a.py', data, root / 'a')
-    run_tool(['train.py', config_a])
+    run_tool(['train.py', config_a], env=PACED_ENV)
 
     config_b = _exact_config(root / 'b.py', data, root / 'b')
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + PACED_ENV['PYTHONPATH'])
     proc = subprocess.Popen([sys.executable, osp.join(ROOT, 'tools', 'train.py'), config_b],
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
@@ -124,7 +130,7 @@ def killed_and_resumed(tiny_data, tmp_path_factory):
         proc.send_signal(signal.SIGKILL)  # in iteration 5, after the iteration-4 checkpoint
         proc.wait()
     assert not (root / 'b' / 'iter_6.pth').exists()
-    resumed = run_tool(['train.py', config_b, '--resume'])
+    resumed = run_tool(['train.py', config_b, '--resume'], env=PACED_ENV)
     return root, resumed.stdout + resumed.stderr
 
 
@@ -142,8 +148,8 @@ def test_a_killed_run_resumes_to_the_same_weights_bit_for_bit(killed_and_resumed
 
 
 def test_resume_without_checkpoints_says_so(tiny_data, tmp_path):
-    config = seg_user_config(str(tmp_path / 'c.py'), osp.join(tiny_data, 'ade'),
-                             str(tmp_path / 'work'), max_iters=1)
+    config = narrow_config(seg_user_config(str(tmp_path / 'c.py'), osp.join(tiny_data, 'ade'),
+                                           str(tmp_path / 'work'), max_iters=1), 'seg')
     proc = run_tool(['train.py', config, '--resume'])
     assert (f'--resume: no checkpoint to resume from in {tmp_path}/work; training starts at '
             'the beginning') in proc.stdout
@@ -190,8 +196,8 @@ def test_a_nan_pixel_stops_training_before_it_reaches_the_weights(tiny_data, tmp
             train_dataloader['dataset']['pipeline'] = train_pipeline
             train_dataloader['sampler'] = dict(type='InfiniteSampler', shuffle=False)
         '''))
-    proc = run_tool(['train.py', config], env=dict(PYTHONPATH=str(tmp_path)),
-                    expect_success=False)
+    proc = run_tool(['train.py', narrow_config(config, 'seg')],
+                    env=dict(PYTHONPATH=str(tmp_path)), expect_success=False)
     assert proc.returncode != 0
     err = proc.stderr
     assert 'FloatingPointError: non-finite loss (nan) at iteration 2' in err, err[-3000:]
