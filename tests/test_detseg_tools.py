@@ -8,7 +8,7 @@ import re
 import pytest
 
 from conftest import DIST_ITERATIONS
-from helpers import run_tool, seg_user_config
+from helpers import narrow_config, run_tool, seg_user_config
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -23,12 +23,14 @@ def det_run(dist_train):
 
 @pytest.fixture(scope='module')
 def seg_run(tiny_data, tmp_path_factory):
-    """UperNet CvT-13 stopped after 2 of 4 iterations, then continued with --resume."""
+    """UperNet on a narrow CvT stopped after 2 of 4 iterations, then continued with
+    --resume."""
     root = tmp_path_factory.mktemp('seg')
     work = root / 'work'
     data = osp.join(tiny_data, 'ade')
     # The first process ends after iteration 2, as a killed job would after its checkpoint.
-    stopped = seg_user_config(str(root / 'stopped.py'), data, str(work), max_iters=4)
+    stopped = narrow_config(seg_user_config(str(root / 'stopped.py'), data, str(work),
+                                            max_iters=4), 'seg')
     first = run_tool(['train.py', stopped, '--cfg-options', 'train_cfg.max_iters=2'])
     resumed = run_tool(['train.py', stopped, '--resume'])
     return stopped, work, first, resumed

@@ -2,7 +2,8 @@
 
 Every CvT and CMT arch exports with dynamic height and width, and ONNX Runtime matches
 PyTorch at two sizes other than the export size; one config of each kind (classifier, UperNet
-segmentor, Mask R-CNN up to its RPN head) goes through the command-line tool. The tests that
+segmentor, Mask R-CNN up to its RPN head) goes through the command-line tool, and these
+carry the CvT-13 and CMT-Ti exports. The tests that
 export need the ``deploy`` extra and are skipped, naming the install line, without it.
 
 The arch tests keep each arch's widths, heads, reduction ratios, stem and stored bias grids
@@ -67,7 +68,11 @@ def test_eager_padding_keeps_its_fast_path():
 
 
 # ------------------------------------------------------------------- export of every arch
-ARCHS = [('cvt', a) for a in CvT.arch_zoo] + [('cmt', a) for a in CMT.arch_zoo]
+# CvT-13 and CMT-Ti export (at one block per stage, with dynamic size) through the tool
+# below, inside the classifier, segmentor and detector: the other archs here.
+TOOL_ARCHS = [('cvt', '13'), ('cmt', 'ti')]
+ARCHS = [a for a in [('cvt', a) for a in CvT.arch_zoo] + [('cmt', a) for a in CMT.arch_zoo]
+         if a not in TOOL_ARCHS]
 
 
 @pytest.mark.slow
@@ -119,8 +124,9 @@ TOOL_CASES = {
 @pytest.mark.parametrize('kind', list(TOOL_CASES))
 def test_tool_exports_and_checks_each_kind_of_model(kind, tmp_path, capsys):
     """The tool at a small size with --dynamic: the default part of each kind, ONNX Runtime
-    within --rtol at the export size and another; the classifier from a checkpoint, the
-    others from random weights (said in the output); the preprocessing in the metadata."""
+    within --rtol at the export size and another (the detector also at its CMT-Ti's
+    ImageNet size); the classifier from a checkpoint, the others from random weights (said
+    in the output); the preprocessing in the metadata."""
     import json
 
     import onnx
@@ -134,8 +140,11 @@ def test_tool_exports_and_checks_each_kind_of_model(kind, tmp_path, capsys):
         argv.append(str(tmp_path / 'trained.pth'))
         torch.save({'state_dict': module.model.state_dict(), 'meta': {}}, argv[-1])
     out = tmp_path / f'{kind}.onnx'
+    # The detector's CMT-Ti also at its ImageNet size, 160 (a multiple of the detector's
+    # padding): there its attention uses the stored bias grids themselves.
+    stored_grid = ['--check-shape', '160', '160'] if kind == 'detector' else []
     code = export.main([*argv, '--shape', '64', '96', '--dynamic', '--out', str(out),
-                        '--check-shape', '75', '130'])
+                        '--check-shape', '75', '130', *stored_grid])
     text = capsys.readouterr().out
     assert code == 0, text
     weights = argv[1] if kind == 'classifier' else 'random (no checkpoint given)'
@@ -143,6 +152,7 @@ def test_tool_exports_and_checks_each_kind_of_model(kind, tmp_path, capsys):
     assert f'outputs: {", ".join(outputs)}' in text
     table = text.split('ONNX Runtime')[-1]
     assert '64x96' in table and '75x130' in table
+    assert ('160x160' in table) == (kind == 'detector')
     assert text.rstrip().endswith(f'OK (--rtol {RTOL:g})')
     meta = {p.key: p.value for p in onnx.load(str(out), load_external_data=False).metadata_props}
     pre = json.loads(meta['cvt_mm.preprocess'])

@@ -108,6 +108,14 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
     from helpers import load_tool
     monkeypatch.setenv('LOCAL_RANK', '0')  # what the tools' parse_args would set
     checked, makefile = 0, open(osp.join(ROOT, 'Makefile')).read()
+    # The same configs and tools recur in many commands: load each once.
+    loaded, tools = set(), {}
+
+    def tool_module(name):
+        if name not in tools:
+            tools[name] = load_tool(name)
+        return tools[name]
+
     for doc, line in command_lines():
         words = [w for w in line.split() if '=' not in w or w.startswith('-')]
         if words and words[0] == 'make':
@@ -120,16 +128,17 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
             continue
         assert osp.isfile(osp.join(ROOT, tool)), (doc, line)
         for arg in args:
-            if arg.startswith('configs/'):
+            if arg.startswith('configs/') and arg not in loaded:
                 Config.fromfile(osp.join(ROOT, arg))
+                loaded.add(arg)
         name = osp.basename(tool)
         if name in ('train.py', 'dist_train.sh'):
             launch = [] if name == 'train.py' else ['--launcher', 'pytorch']
             positional = args[:1] + args[2 if name == 'dist_train.sh' else 1:]
-            load_tool('train').parse_args(positional + launch)
+            tool_module('train').parse_args(positional + launch)
         elif name in ('test.py', 'dist_test.sh'):
             positional = args[:2] + args[3 if name == 'dist_test.sh' else 2:]
-            load_tool('test').parse_args(positional)
+            tool_module('test').parse_args(positional)
         checked += 1
     assert checked >= 20
 
