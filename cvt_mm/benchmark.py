@@ -184,12 +184,12 @@ def top_operators(fn: Callable[[], object], count: int) -> str:
                                      max_name_column_width=48)
 
 
-def case_env(no_thp: bool) -> dict:
-    """The environment of a case: as tools/train.py runs, with huge pages for large CPU
-    tensors, unless ``no_thp``."""
+def case_env(thp: bool) -> dict:
+    """The environment of a case: as tools/train.py runs (PyTorch's default: no huge pages
+    for CPU tensors), or with ``THP_MEM_ALLOC_ENABLE=1`` when ``thp``."""
     env = dict(os.environ)
     env.pop('THP_MEM_ALLOC_ENABLE', None)
-    if not no_thp:
+    if thp:
         env['THP_MEM_ALLOC_ENABLE'] = '1'
     return env
 
@@ -457,24 +457,28 @@ def build_parser() -> argparse.ArgumentParser:
     for p in (b, t):
         p.add_argument('--profile', type=int, default=0, metavar='N',
                        help='print the N operators with the most self CPU time per case')
-        p.add_argument('--no-thp', action='store_true', help='without THP_MEM_ALLOC_ENABLE=1 '
-                       '(huge pages; tools/train.py sets it)')
+        p.add_argument('--thp', action='store_true',
+                       help='with THP_MEM_ALLOC_ENABLE=1: huge pages for large CPU tensors '
+                       '(slower and larger at 224 in docs/benchmarks.md; tools/train.py does '
+                       'not set it)')
+        # The default since huge pages were measured slower; kept for old command lines.
+        p.add_argument('--no-thp', action='store_true', help=argparse.SUPPRESS)
         p.add_argument('--json', help='also write the results to this file')
         p.add_argument('--case', help=argparse.SUPPRESS)  # internal: run one case
     return parser
 
 
-def _run_case(argv: List[str], case, no_thp: bool) -> subprocess.CompletedProcess:
+def _run_case(argv: List[str], case, thp: bool) -> subprocess.CompletedProcess:
     """``argv`` with ``--case`` in a fresh process (``python -m cvt_mm.benchmark``)."""
     return subprocess.run([sys.executable, '-m', 'cvt_mm.benchmark', *argv, '--case',
                            json.dumps(case)], capture_output=True, text=True,
-                          env=case_env(no_thp), cwd=REPO)
+                          env=case_env(thp), cwd=REPO)
 
 
-def _print_machine(threads: int, no_thp: bool) -> dict:
+def _print_machine(threads: int, thp: bool) -> dict:
     rates = machine_rates(threads)
     print(f'this machine now: fp32 GEMM {rates["gemm_gflops_per_s"]:.0f} GFLOP/s, memory copy '
-          f'{rates["copy_gb_per_s"]:.1f} GB/s; THP_MEM_ALLOC_ENABLE={0 if no_thp else 1}; '
+          f'{rates["copy_gb_per_s"]:.1f} GB/s; THP_MEM_ALLOC_ENABLE={1 if thp else 0}; '
           f'{threads} threads; load average '
           f'{" ".join(f"{v:.2f}" for v in os.getloadavg())}', flush=True)
     return rates
@@ -519,14 +523,14 @@ def _backbone(args) -> int:
     if args.compile:
         cases += [(size, path, 'train', True) for size in args.sizes for path in args.paths]
     print(f'model: {args.model}  batch: {args.batch}')
-    rates = _print_machine(args.threads, args.no_thp)
+    rates = _print_machine(args.threads, args.thp)
     header = (f'{"size":>9} {"path":>9} {"mode":>13} {"GFLOP":>8} {"fwd s":>7} {"bwd s":>7} '
               f'{"GFLOP/s":>8} {"peak GiB":>9} {"model GiB":>10} {"held GiB":>9}')
     results, lines = [], [header]
     print(header, flush=True)
     for size, path, mode, compiled in cases:
         label, mode_label = f'{size[0]}x{size[1]}', mode + (' compiled' if compiled else '')
-        proc = _run_case(common, [size, path, mode, compiled], args.no_thp)
+        proc = _run_case(common, [size, path, mode, compiled], args.thp)
         if proc.returncode != 0:
             lines.append(f'{label:>9} {path:>9} {mode_label:>13} failed: exit '
                          f'{proc.returncode}, {_failure(proc)}')
@@ -571,7 +575,7 @@ def _train_iter(args) -> int:
         print(json.dumps(train_iteration_case(json.loads(args.case), args.size, args.iters,
                                               args.threads, args.profile)))
         return 0
-    rates = _print_machine(args.threads, args.no_thp)
+    rates = _print_machine(args.threads, args.thp)
     print(f'one training iteration, batch 1, {args.size[0]}x{args.size[1]}, median of '
           f'{args.iters} after a warm-up')
     results = {}
@@ -579,7 +583,7 @@ def _train_iter(args) -> int:
         name, config = TRAIN_ITER_CONFIGS[key]
         proc = _run_case(['train-iter', '--size', *map(str, args.size), '--iters',
                           str(args.iters), '--threads', str(args.threads), '--profile',
-                          str(args.profile)], config, args.no_thp)
+                          str(args.profile)], config, args.thp)
         if proc.returncode:
             raise RuntimeError(f'{config} failed ({_failure(proc)}):\n{proc.stderr[-3000:]}')
         results[key] = r = json.loads(proc.stdout.strip().splitlines()[-1])

@@ -3,13 +3,6 @@
     python tools/test.py configs/mask_rcnn_cvt13_coco.py work_dirs/.../epoch_12.pth \
         --show-dir vis --out results.pkl
 """
-import os
-
-# Huge pages for the CPU allocator's large tensors; read once, when torch loads, so set
-# before any import. Page faults on large fresh maps slow the CPU forward, for more peak RSS
-# (both measured in docs/benchmarks.md); THP_MEM_ALLOC_ENABLE=0 opts out. No effect on CUDA
-# memory.
-os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')
 
 import argparse
 import os.path as osp

@@ -7,13 +7,6 @@ Every run resumes exactly (mid-epoch, every rank), checkpoints and exits with co
 SIGTERM/SIGUSR1, and resumes by itself after a torchrun restart or a slurm requeue
 (docs/cluster.md).
 """
-import os
-
-# Huge pages for the CPU allocator's large tensors; read once, when torch loads, so set
-# before any import. Page faults on large fresh maps slow the CPU forward, for more peak RSS
-# (both measured in docs/benchmarks.md); THP_MEM_ALLOC_ENABLE=0 opts out. No effect on CUDA
-# memory.
-os.environ.setdefault('THP_MEM_ALLOC_ENABLE', '1')
 
 import argparse
 
