@@ -216,3 +216,16 @@ def test_get_flops_rejects_a_bad_shape():
     get_flops = load_tool('analysis_tools/get_flops')
     with pytest.raises(SystemExit):
         get_flops.parse_args(['configs/mask_rcnn_cvt13_coco.py', '--shape', '1', '2', '3'])
+
+
+def test_cases_run_as_train_py_runs_unless_huge_pages_are_asked_for(monkeypatch):
+    """tools/train.py leaves THP_MEM_ALLOC_ENABLE as PyTorch has it (off); a case does too,
+    whatever the calling shell set, and ``--thp`` turns huge pages on for every case."""
+    from cvt_mm.benchmark import build_parser, case_env
+    monkeypatch.setenv('THP_MEM_ALLOC_ENABLE', '1')
+    assert 'THP_MEM_ALLOC_ENABLE' not in case_env(thp=False)
+    assert case_env(thp=True)['THP_MEM_ALLOC_ENABLE'] == '1'
+    for command in (['backbone', '--model', "dict(type='CvT', arch='13')"], ['train-iter']):
+        assert build_parser().parse_args([*command, '--thp']).thp
+        assert not build_parser().parse_args(command).thp
+        build_parser().parse_args([*command, '--no-thp'])  # old command lines still parse
