@@ -238,11 +238,17 @@ _NARROW_MODEL = dict(det=f"""model = dict(
 """)
 
 
+# The pause of paced runs (tests/paced_training.py; a training process finds it through
+# PACED_ENV): long enough for a test's signal to land, short beside an iteration's start-up.
+PACE = 0.5
+PACED_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests'))
+
+
 def narrow_config(base: str, task: str, pace: float = 0.0) -> str:
     """Write ``<base>_narrow.py`` beside ``base`` (a user config of a CvT Mask R-CNN or
     UperNet): the same config with the narrow model above and, when ``pace`` > 0, a pause of
     ``pace`` seconds before every training iteration and checkpoint save
-    (tests/paced_training.py, which the training process must find on its PYTHONPATH), so
+    (tests/paced_training.py: run the training process with ``PACED_ENV``), so
     that a test's signal sent after a checkpoint lands in the next iteration or in the save
     however fast the machine.
 

@@ -1,5 +1,6 @@
 """A hook that adds a pause to the start of every training iteration and to every
-checkpoint save, imported by the cluster tests' training processes (``custom_imports``).
+checkpoint save, imported by the training processes of the cluster and resume tests
+(``custom_imports``; helpers.narrow_config).
 
 The tests kill or signal a rank as soon as a checkpoint appears and expect the next
 iteration to be running when the signal lands, or send a second signal while the

@@ -17,7 +17,16 @@ from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import PREEMPTED_EXIT_CODE
 
 from conftest import free_port
-from helpers import ROOT, TOOLS, det_user_config, load_tool, narrow_config, seg_user_config
+from helpers import (
+    PACE,
+    PACED_ENV,
+    ROOT,
+    TOOLS,
+    det_user_config,
+    load_tool,
+    narrow_config,
+    seg_user_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -25,10 +34,6 @@ FAKE_SLURM = osp.join(ROOT, 'tests', 'fake_slurm')
 # Same thread count under torchrun (which sets it) and the slurm stand-in: floating-point
 # sums depend on it, and runs are compared bit for bit.
 BASE_ENV = dict(OMP_NUM_THREADS='1', PYTHON=sys.executable)
-# The models are narrow (helpers.narrow_config: iterations of a fraction of a second), so
-# each iteration and save starts with this pause: a signal sent when a checkpoint appears
-# lands in the next iteration, or in the save, however fast the machine.
-PACE = 0.5
 
 
 # ----------------------------------------------------------------------------- processes
@@ -76,8 +81,9 @@ def _launcher_pid(shell: subprocess.Popen, name: str) -> int:
 
 def _start(args, log, env=None) -> subprocess.Popen:
     full = dict(os.environ, **BASE_ENV, **(env or {}))
-    # tests/ for paced_training
-    full['PYTHONPATH'] = os.pathsep.join([ROOT, osp.join(ROOT, 'tests'),
+    # The narrow models' iterations are paced (helpers.narrow_config): a signal sent when
+    # a checkpoint appears lands in the next iteration, or in the save, on any machine.
+    full['PYTHONPATH'] = os.pathsep.join([ROOT, PACED_ENV['PYTHONPATH'],
                                           full.get('PYTHONPATH', '')])
     return subprocess.Popen(['bash', *args], cwd=ROOT, env=full, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)

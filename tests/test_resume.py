@@ -15,7 +15,7 @@ import torch
 from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import find_resumable_checkpoint
 
-from helpers import ROOT, narrow_config, run_tool, seg_user_config
+from helpers import PACE, PACED_ENV, ROOT, narrow_config, run_tool, seg_user_config
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -98,12 +98,6 @@ def _exact_config(path, data, work):
 
 def _weights(path):
     return read_checkpoint(str(path))['state_dict']
-
-
-# Seconds of pause before each iteration of the narrow model (tests/paced_training.py).
-PACE = 0.5
-# tests/ on the path of the training processes, for paced_training.
-PACED_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests'))
 
 
 @pytest.fixture(scope='module')
