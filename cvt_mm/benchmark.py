@@ -51,6 +51,8 @@ from typing import Callable, List, Optional
 
 import torch
 
+from .engine.allocator import OPT_OUT_ENV, reuse_freed_memory
+
 __all__ = ['time_steps', 'peak_memory_gib', 'held_for_backward', 'machine_rates',
            'HFCvtLogits', 'hf_peer_config', 'top_operators', 'case_env',
            'backbone_case', 'train_iteration_case', 'classification_step_case', 'main',
@@ -479,6 +481,7 @@ def _print_machine(threads: int, thp: bool) -> dict:
     rates = machine_rates(threads)
     print(f'this machine now: fp32 GEMM {rates["gemm_gflops_per_s"]:.0f} GFLOP/s, memory copy '
           f'{rates["copy_gb_per_s"]:.1f} GB/s; THP_MEM_ALLOC_ENABLE={1 if thp else 0}; '
+          f'{OPT_OUT_ENV}={os.environ.get(OPT_OUT_ENV, "reuse")}; '
           f'{threads} threads; load average '
           f'{" ".join(f"{v:.2f}" for v in os.getloadavg())}', flush=True)
     return rates
@@ -624,6 +627,8 @@ def _cls_step(args) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
+    if getattr(args, 'case', None) or args.command == 'cls-step':
+        reuse_freed_memory()  # where models run: as tools/train.py runs them
     if args.command == 'backbone':
         if args.warmup < 0 or args.runs < 1 or args.batch < 1 or args.profile < 0:
             parser.error('--warmup and --profile must be >= 0, --runs and --batch >= 1')

@@ -44,6 +44,9 @@ def test_resume_continues_at_the_right_iteration(seg_run):
     assert 'Iter(train) [3/4]' in resumed_log and 'Iter(train) [4/4]' in resumed_log
     assert 'Iter(train) [1/4]' not in resumed_log and 'Iter(train) [2/4]' not in resumed_log
     assert osp.isfile(work / 'iter_4.pth')
+    # Both runs' malloc reused freed memory (tests/test_allocator.py: what that means).
+    for log in (first_log, resumed_log):
+        assert 'CPU allocator: reusing freed memory' in log
 
 
 def test_test_py_detection_metrics_dump_and_pictures(det_run, tmp_path):
@@ -62,8 +65,10 @@ def test_test_py_detection_metrics_dump_and_pictures(det_run, tmp_path):
 def test_test_py_segmentation_pictures(seg_run, tmp_path):
     config, work, _, _ = seg_run
     proc = run_tool(['test.py', config, str(work / 'iter_4.pth'), '--work-dir',
-                     str(tmp_path / 'eval'), '--show-dir', str(tmp_path / 'vis')])
+                     str(tmp_path / 'eval'), '--show-dir', str(tmp_path / 'vis')],
+                    env=dict(CVT_MM_MALLOC='system'))
     assert 'mIoU' in proc.stdout + proc.stderr
+    assert 'CPU allocator: left alone: CVT_MM_MALLOC=system' in proc.stdout + proc.stderr
     assert len(glob.glob(str(tmp_path / 'vis' / '**' / '*.png'), recursive=True)) == 2
 
 

@@ -11,9 +11,11 @@
 * :mod:`.hooks`: stopping at the first non-finite loss, or when model and data disagree on
   the classes;
 * :mod:`.optim`: layer-wise learning-rate decay for detectors and segmentors;
-* :mod:`.launch`: what ``tools/train.py`` and ``tools/test.py`` do to a config and launcher.
+* :mod:`.launch`: what ``tools/train.py`` and ``tools/test.py`` do to a config and launcher;
+* :mod:`.allocator`: glibc's malloc made to reuse large freed blocks in those processes.
 """
 from . import data, distributed, fileio, hooks, loops, optim, preemption, random_state  # noqa: F401,E501  (registrations)
+from .allocator import reuse_freed_memory
 from .data import ResumableBatchSampler, SampleIndex, SeededSampleDataset, guard_data_worker
 from .distributed import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
 from .fileio import AtomicLocalBackend, write_atomically
@@ -37,4 +39,4 @@ __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'Atomi
            'STOPPED_EXIT_CODE', 'find_resumable_checkpoint', 'restart_count',
            'ResumableBatchSampler', 'SampleIndex', 'SeededSampleDataset', 'guard_data_worker',
            'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop',
-           'BackboneLayerDecayOptimWrapperConstructor']
+           'BackboneLayerDecayOptimWrapperConstructor', 'reuse_freed_memory']

@@ -20,6 +20,7 @@ from mmengine.config import Config, ConfigDict
 from mmengine.logging import print_log
 from torch.distributed.constants import default_pg_timeout
 
+from .allocator import reuse_freed_memory
 from .data import guard_dataloader_workers
 
 __all__ = ['set_local_rank_env', 'config_from_args', 'check_dataset_paths', 'first_slurm_host',
@@ -332,9 +333,12 @@ def finish_distributed() -> None:
 
 
 def build_runner(cfg):
-    """``Runner.from_cfg`` unless the config names its own ``runner_type``."""
+    """``Runner.from_cfg`` unless the config names its own ``runner_type``, in a process
+    whose malloc reuses large freed blocks (:func:`~cvt_mm.engine.allocator.reuse_freed_memory`,
+    logged; ``CVT_MM_MALLOC=system`` opts out)."""
     from mmengine.registry import RUNNERS
     from mmengine.runner import Runner
-    if 'runner_type' in cfg:
-        return RUNNERS.build(cfg)
-    return Runner.from_cfg(cfg)
+    allocator = reuse_freed_memory()  # before the data workers fork and tensors grow
+    runner = RUNNERS.build(cfg) if 'runner_type' in cfg else Runner.from_cfg(cfg)
+    runner.logger.info(f'CPU allocator: {allocator}')
+    return runner
