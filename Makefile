@@ -12,12 +12,16 @@ env:
 demo: env
 	bash tools/misc/run_demo.sh
 
+# Two pytest-xdist workers, whole test modules each (tests/conftest.py): on 2 cores the suite's
+# single-threaded parts (imports, tool start-up) fill the core the other worker leaves idle.
+TEST_WORKERS ?= 2
+
 test: env
-	$(PY) -m pytest tests --durations=30
+	$(PY) -m pytest tests -n $(TEST_WORKERS) --durations=30
 
 # The unit tests only: no end-to-end training or tool runs (marked `slow`).
 test-fast: env
-	$(PY) -m pytest tests -m "not slow"
+	$(PY) -m pytest tests -n $(TEST_WORKERS) -m "not slow"
 
 # ruff (lint and import order), configured in pyproject.toml; installed by setup_env.sh.
 lint: env

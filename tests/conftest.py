@@ -16,6 +16,35 @@ TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project
 # Iterations of each distributed run: DDP's bookkeeping breaks on the second one, so run more.
 DIST_ITERATIONS = 3
 
+# `make test` runs the suite in two pytest-xdist workers. Each takes whole test modules
+# (module fixtures run once); modules that share an expensive session fixture go to one
+# worker together, so it runs once too.
+SHARED_FIXTURE_GROUPS = {'test_distributed': 'dist_train', 'test_detseg_tools': 'dist_train',
+                         'test_benchmarks': 'transformers5', 'test_integration': 'transformers5'}
+
+
+def pytest_xdist_make_scheduler(config, log):
+    """xdist's per-module scheduling (``--dist loadscope``) with the groups above."""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ModuleGroupScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split('::', 1)[0]
+            return SHARED_FIXTURE_GROUPS.get(osp.splitext(osp.basename(module))[0], module)
+
+    return ModuleGroupScheduling(config, log)
+
+
+def pytest_configure(config):
+    """In a worker of several, take its share of the cores: the torch threads of this process
+    and of the tools its tests start (``OMP_NUM_THREADS``; torchrun's ranks take 1 anyway)."""
+    workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
+    if workers > 1:
+        import torch
+        share = max(1, len(os.sched_getaffinity(0)) // workers)
+        os.environ['OMP_NUM_THREADS'] = str(share)
+        torch.set_num_threads(share)
+
 
 @pytest.fixture(scope='session')
 def tiny_data(tmp_path_factory):
