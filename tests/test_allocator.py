@@ -12,19 +12,23 @@ from cvt_mm.engine.allocator import reuse_freed_memory
 from helpers import ROOT
 
 # A CMT-S stage-1 hidden map at 800x1333 (68 MB: above glibc's largest mmap threshold), its
-# GELU computed over and over as a forward does; page faults counted for the last one.
+# GELU computed over and over as a forward does; page faults counted over the last 8 calls,
+# per call and page. The first calls may still grow the heap (small allocations land in a
+# freed block and split it), so the count starts once it has settled.
 PROBE = """
 import json, resource, sys, torch
 from cvt_mm.engine.allocator import reuse_freed_memory
 said = reuse_freed_memory() if sys.argv[1] == 'reuse' else 'not called'
 x = torch.randn(1, 256, 200, 334)
-for _ in range(3):
+for _ in range(8):
     y = torch.nn.functional.gelu(x)
     del y
 before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
-y = torch.nn.functional.gelu(x)
+for _ in range(8):
+    y = torch.nn.functional.gelu(x)
+    del y
 faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
-print(json.dumps(dict(said=said, faults=faults, pages=y.numel() * 4 // 4096)))
+print(json.dumps(dict(said=said, faults_per_page=faults / 8 / (x.numel() * 4 // 4096))))
 """
 
 
@@ -39,13 +43,13 @@ def probe(mode: str, **env) -> dict:
 def test_a_large_freed_block_is_reused_without_page_faults():
     default, reused = probe('default'), probe('reuse')
     # By default each 68 MB output is a fresh mmap: every one of its pages faults again.
-    assert default['faults'] > 0.9 * default['pages']
+    assert default['faults_per_page'] > 0.9, default
     assert reused['said'].startswith('reusing freed memory')
-    assert reused['faults'] < 0.01 * reused['pages'], reused
+    assert reused['faults_per_page'] < 0.05, reused
     # The opt-out really leaves it as it was.
     opted_out = probe('reuse', CVT_MM_MALLOC='system')
     assert opted_out['said'] == 'left alone: CVT_MM_MALLOC=system'
-    assert opted_out['faults'] > 0.9 * opted_out['pages']
+    assert opted_out['faults_per_page'] > 0.9, opted_out
 
 
 @pytest.mark.parametrize('environ, reason', [
