@@ -15,7 +15,6 @@ between iterations rather than falling back (the peak itself is what any run nee
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import platform
 from typing import Mapping, Optional
@@ -79,7 +78,7 @@ def reuse_freed_memory(environ: Optional[Mapping[str, str]] = None) -> str:
         return f'left alone: {reason}'
     if platform.libc_ver()[0] != 'glibc':
         return 'left alone: the C library is not glibc'
-    libc = ctypes.CDLL(ctypes.util.find_library('c') or 'libc.so.6', use_errno=True)
+    libc = ctypes.CDLL(None)  # the process's own symbols: glibc's, without a library search
     # mallopt returns 1 on success. -1 as the trim threshold is SIZE_MAX: never trim.
     if libc.mallopt(M_MMAP_MAX, 0) != 1 or libc.mallopt(M_TRIM_THRESHOLD, -1) != 1:
         return 'left alone: glibc refused mallopt'
