@@ -250,14 +250,20 @@ def test_the_torch_environment_of_a_slurm_task():
 
 
 # ----------------------------------------------------------------------------- restarts
-def test_restarts_are_told_by_torchrun_or_slurm(monkeypatch):
+def test_restarts_are_told_by_torchrun_and_slurm_together(monkeypatch):
     for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'):
         monkeypatch.delenv(name, raising=False)
     assert restart_count() == 0
     monkeypatch.setenv('SLURM_RESTART_COUNT', '2')
     assert restart_count() == 2
+    # torchrun started by a requeued job counts from 0: the requeue is not hidden by it.
+    monkeypatch.setenv('TORCHELASTIC_RESTART_COUNT', '0')
+    assert restart_count() == 2
     monkeypatch.setenv('TORCHELASTIC_RESTART_COUNT', '1')
-    assert restart_count() == 1
+    assert restart_count() == 3
+    line = describe_restart('/nonexistent', None)
+    assert line.startswith('slurm requeue 2, after a preemption, a time limit or a failure '
+                           'and torchrun restart 1 of')
 
 
 def _training_checkpoint(path, iteration, epoch=0):

@@ -78,15 +78,21 @@ def find_resumable_checkpoint(work_dir: str) -> Tuple[Optional[str], List[str]]:
     return None, skipped
 
 
+def _count(name: str) -> int:
+    value = os.environ.get(name, '')
+    return int(value) if value.isdigit() else 0
+
+
 def restart_count() -> int:
-    """How many times this job was started again after a failure: torchrun's
-    ``TORCHELASTIC_RESTART_COUNT`` (``--max-restarts``), else slurm's ``SLURM_RESTART_COUNT``
-    (a requeued job); 0 for a first start."""
-    for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'):
-        value = os.environ.get(name, '')
-        if value.isdigit():
-            return int(value)
-    return 0
+    """How many times this job was started again after a failure: slurm's
+    ``SLURM_RESTART_COUNT`` (a requeued job) plus torchrun's ``TORCHELASTIC_RESTART_COUNT``
+    (``--max-restarts``); 0 for a first start.
+
+    Both count: torchrun started inside a requeued slurm job sets its own counter to 0, and
+    that must not hide the requeue (the run would start over and move ``last_checkpoint``
+    back).
+    """
+    return _count('SLURM_RESTART_COUNT') + _count('TORCHELASTIC_RESTART_COUNT')
 
 
 def checkpoint_progress(path: str) -> Tuple[int, int]:
@@ -99,11 +105,16 @@ def describe_restart(work_dir: str, checkpoint: Optional[str]) -> str:
     """One line for the log of a restarted run: the attempt, the checkpoint it resumes from
     and the work lost since (from the :class:`~cvt_mm.engine.preemption.HeartbeatHook`
     record of the failed attempt)."""
-    count = restart_count()
-    limit = os.environ.get('TORCHELASTIC_MAX_RESTARTS')
-    source = (f'torchrun restart {count} of {limit}, after a process of the job failed'
-              if 'TORCHELASTIC_RESTART_COUNT' in os.environ else
-              f'slurm requeue {count}, after a preemption, a time limit or a failure')
+    sources = []
+    requeues, restarts = _count('SLURM_RESTART_COUNT'), _count('TORCHELASTIC_RESTART_COUNT')
+    if requeues:
+        sources.append(f'slurm requeue {requeues}, after a preemption, a time limit or a '
+                       'failure')
+    if restarts:
+        limit = os.environ.get('TORCHELASTIC_MAX_RESTARTS')
+        sources.append(f'torchrun restart {restarts} of {limit}, after a process of the job '
+                       'failed')
+    source = ' and '.join(sources) or 'a first start'
     beat = read_heartbeat(work_dir)
     if checkpoint is None:
         resumed_iter = 0

@@ -81,14 +81,17 @@ if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
     # declares setuptools>=77. The old setuptools (with wheel and ninja) goes into a folder of
     # its own, seen only by the build through PYTHONPATH: the venv keeps torch's setuptools.
     # torch's extension builder compiles in parallel only when it finds `ninja` on PATH.
-    build_tools="$VENV/.mmcv-build-tools"
-    wheels="$VENV/.mmcv-wheel"
+    # Absolute paths: pip runs mmcv's setup.py from a temporary folder of its own, where a
+    # relative PYTHONPATH points nowhere and the venv's pkg_resources-less setuptools is found.
+    venv_abs=$(cd "$VENV" && pwd)
+    build_tools="$venv_abs/.mmcv-build-tools"
+    wheels="$venv_abs/.mmcv-wheel"
     rm -rf "$wheels"
     # pip compares a --target install with the venv's packages and would print a resolver
     # ERROR (torch wants setuptools>=77) about a folder the venv never imports.
     "${pip[@]}" install -q --no-warn-conflicts --upgrade --target "$build_tools" \
         "setuptools<70" wheel ninja
-    PATH="$build_tools/bin:$(cd "$VENV/bin" && pwd):$PATH" PYTHONPATH="$build_tools" \
+    PATH="$build_tools/bin:$venv_abs/bin:$PATH" PYTHONPATH="$build_tools" \
         MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
         "${pip[@]}" wheel -q --no-build-isolation --no-deps -w "$wheels" "$(pin mmcv)"
     "${pip[@]}" install -q "$wheels"/mmcv-*.whl
