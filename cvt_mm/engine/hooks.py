@@ -12,9 +12,12 @@ Example (a config that runs with another launcher than ``tools/train.py``)::
 from __future__ import annotations
 
 import torch
-from mmengine.dist import all_reduce, get_world_size
+import torch.distributed as torch_dist
+from mmengine.dist import get_world_size
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
+
+from .preemption import flag_group
 
 __all__ = ['FiniteLossHook', 'ClassesCheckHook', 'classifying_heads', 'head_problems',
            'data_problems']
@@ -38,7 +41,8 @@ class FiniteLossHook(Hook):
     A NaN or infinite loss (a corrupt image decoded into NaNs, an overflow) makes every
     gradient and then every weight NaN, and a checkpoint saved afterwards is useless. This
     hook checks the loss where the optimizer wrapper receives it, before ``backward`` and the
-    optimizer step, on every rank together (one all-reduce of a flag under DDP), and raises
+    optimizer step, on every rank together (one all-reduce of a flag under DDP, on the gloo
+    group of :func:`~cvt_mm.engine.preemption.flag_group`), and raises
     ``FloatingPointError`` naming the iteration, the loss terms that are not finite and the
     batch's image files. No checkpoint is written for that iteration, so the newest
     checkpoint is the last good one. MMDetection's ``CheckInvalidLossHook`` checks after the
@@ -54,6 +58,8 @@ class FiniteLossHook(Hook):
         self._iteration = 0
 
     def before_train(self, runner) -> None:
+        if get_world_size() > 1:
+            flag_group()  # created by every rank at the same point
         wrapper = runner.optim_wrapper
         if getattr(wrapper, '_cvt_mm_finite_guard', False):
             return
@@ -72,9 +78,10 @@ class FiniteLossHook(Hook):
         self._iteration = runner.iter + 1
 
     def _check(self, loss: torch.Tensor, runner) -> None:
-        bad = (~torch.isfinite(loss.detach())).any().float()
+        bad = (~torch.isfinite(loss.detach())).any().to('cpu', torch.int32).reshape(1)
         if get_world_size() > 1:
-            all_reduce(bad)  # every rank stops together, none waits in a collective
+            # Every rank stops together, none waits in a collective.
+            torch_dist.all_reduce(bad, op=torch_dist.ReduceOp.MAX, group=flag_group())
         if bad.item() == 0:
             return
         if torch.isfinite(loss.detach()).all():

@@ -2,7 +2,8 @@
 
 * :class:`PreemptionHook`: on SIGTERM (slurm preemption, ``scancel``, Kubernetes eviction,
   torchrun shutting its workers down) or SIGUSR1 (``sbatch --signal=USR1@90``), every rank
-  stops at the next iteration boundary together, one checkpoint of that iteration is written
+  stops at the next iteration boundary together (with gradient accumulation, at the next
+  optimizer step), one checkpoint of that iteration is written
   (atomically, with every rank's random states), and the processes exit with
   :data:`PREEMPTED_EXIT_CODE`. ``--resume``, a torchrun restart or a slurm requeue continue
   from it, mid-epoch. When the ranks cannot agree (another rank has died: torchrun then sends
@@ -39,7 +40,7 @@ from ..checkpoint.io import write_atomically
 from .random_state import ExactResumeHook
 
 __all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook',
-           'HeartbeatHook', 'HEARTBEAT_FILE', 'read_heartbeat']
+           'HeartbeatHook', 'HEARTBEAT_FILE', 'read_heartbeat', 'flag_group']
 
 #: Exit code after a preemption checkpoint was written (``EX_TEMPFAIL``: try again later).
 PREEMPTED_EXIT_CODE = 75
@@ -61,6 +62,40 @@ class TrainingPreempted(SystemExit):
     def __init__(self, checkpoint: str, signal_name: str):
         super().__init__(PREEMPTED_EXIT_CODE)
         self.checkpoint, self.signal_name = checkpoint, signal_name
+
+
+# The default process group and the gloo group the per-iteration flags travel on beside it.
+_flag_groups: list = [None, None]
+
+
+def flag_group():
+    """The process group of the small per-iteration flags (a stop request, a non-finite
+    loss): None (the default group) when the default group runs gloo for CPU tensors,
+    otherwise a gloo group of all ranks beside it, created once per default group.
+
+    Under NCCL an all-reduce returns as soon as it is queued, so a wait on it with a timeout
+    cannot tell a dead peer; on gloo it blocks until every rank has answered and raises when
+    a peer's connection is gone. The flags live on the CPU, so no GPU synchronisation is
+    added either. Every rank must make the first call at the same point (creating the group
+    is a collective): the hooks make it in ``before_train``.
+
+    Returns:
+        ProcessGroup | None: the group to pass to the flag collectives.
+    """
+    default = torch_dist.group.WORLD
+    if _flag_groups[0] is not default:
+        backend = str(torch_dist.get_backend()).lower()
+        _flag_groups[:] = [default, None if 'gloo' in backend else
+                           torch_dist.new_group(backend='gloo')]
+    return _flag_groups[1]
+
+
+def _optimizer_stepped(runner) -> bool:
+    """Whether the iteration that just ended stepped the optimizer (with gradient
+    accumulation, ``accumulative_counts > 1``, only every n-th iteration does)."""
+    wrapper = getattr(runner, 'optim_wrapper', None)
+    wrappers = wrapper.values() if hasattr(wrapper, 'optim_wrappers') else [wrapper]
+    return all(w.should_update() for w in wrappers if hasattr(w, 'should_update'))
 
 
 def _timed(fn: Callable[[], object], timeout: float) -> bool:
@@ -91,8 +126,11 @@ class PreemptionHook(Hook):
     :data:`PREEMPTED_EXIT_CODE`.
 
     The signal handler only records the signal. At the end of every training iteration the
-    ranks combine their records (one all-reduce of a flag), so all stop at the same iteration,
-    after the iteration-based learning-rate step, as if a ``CheckpointHook`` saved there. The
+    ranks combine their records (one all-reduce of a flag, on the gloo group of
+    :func:`flag_group`), so all stop at the same iteration, after the iteration-based
+    learning-rate step, as if a ``CheckpointHook`` saved there. With gradient accumulation
+    (``optim_wrapper.accumulative_counts`` n > 1) the stop waits for the iteration whose
+    optimizer step uses the accumulated gradient, at most n - 1 iterations more. The
     checkpoint is named as ``CheckpointHook`` names iteration checkpoints (``iter_N.pth``, in its
     ``out_dir``) and ``last_checkpoint`` points to it. Further signals during the save are
     noted and ignored; the file appears complete or not at all (atomic rename), also if the
@@ -121,6 +159,8 @@ class PreemptionHook(Hook):
         self.signals = tuple(signals)
         self.agree_timeout, self.save_timeout = agree_timeout, save_timeout
         self.requested: Optional[str] = None
+        self._stopping = False  # agreed by every rank; waits for an optimizer step
+        self._announced = False
         self._saving = False
         self._previous: dict = {}
 
@@ -143,6 +183,10 @@ class PreemptionHook(Hook):
             signum = getattr(signal, name)
             self._previous[signum] = signal.signal(signum, self._on_signal)
 
+    def before_train(self, runner) -> None:
+        if get_dist_info()[1] > 1:
+            flag_group()  # created by every rank here, never inside a timed wait
+
     def after_run(self, runner) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
@@ -151,27 +195,43 @@ class PreemptionHook(Hook):
     # ------------------------------------------------------------------------ boundary
     def _agree(self) -> Optional[bool]:
         """Whether any rank has a stop request; None when the ranks cannot agree."""
+        # Read once: a signal arriving between two reads would make this rank decide
+        # otherwise than the flag it sent, and stop alone.
+        requested = self.requested
         _, world_size = get_dist_info()
-        flag = torch.tensor([0 if self.requested is None else 1], dtype=torch.int32)
         if world_size == 1:
-            return bool(flag.item())
-        if torch_dist.get_backend() == 'nccl':
-            flag = flag.cuda()
-        if self.requested is None:
-            torch_dist.all_reduce(flag, op=torch_dist.ReduceOp.MAX)
+            return requested is not None
+        flag = torch.tensor([0 if requested is None else 1], dtype=torch.int32)
+        group = flag_group()
+
+        def reduce():
+            torch_dist.all_reduce(flag, op=torch_dist.ReduceOp.MAX, group=group)
+
+        if requested is None:
+            reduce()
             return bool(flag.item())
         # This rank will stop: never block on a peer that may be gone.
-        if not _timed(lambda: torch_dist.all_reduce(flag, op=torch_dist.ReduceOp.MAX),
-                      self.agree_timeout):
+        if not _timed(reduce, self.agree_timeout):
             return None
         return True
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        agreed = self._agree()
-        if agreed is None:
-            self._give_up(runner, 'the other processes did not answer (one has probably died)')
-        if agreed:
+        if not self._stopping:
+            agreed = self._agree()
+            if agreed is None:
+                self._give_up(runner, 'the other processes did not answer (one has probably '
+                              'died)')
+            self._stopping = bool(agreed)
+        if not self._stopping:
+            return
+        # Mid-accumulation the gradient of the iterations since the last step is in no
+        # checkpoint: every rank goes on to the step (they count iterations alike).
+        if _optimizer_stepped(runner):
             self._stop(runner, batch_idx)
+        elif not self._announced:
+            self._announced = True
+            print_log(f'{self.requested or "a stop request of another process"}: stopping at '
+                      'the next optimizer step (gradient accumulation)', logger='current')
 
     def _give_up(self, runner, why: str) -> None:
         rank = get_dist_info()[0]
@@ -213,7 +273,8 @@ class PreemptionHook(Hook):
                       logger='current')
         if world_size > 1:
             # The others wait for the file, so the launcher does not tear rank 0 down mid-save.
-            if not _timed(torch_dist.barrier, self.save_timeout):
+            group = flag_group()
+            if not _timed(lambda: torch_dist.barrier(group=group), self.save_timeout):
                 self._give_up(runner, 'rank 0 did not finish the checkpoint')
             torch_dist.destroy_process_group()
         self.after_run(runner)
