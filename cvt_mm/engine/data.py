@@ -13,8 +13,9 @@ place in the run instead:
 * :class:`SeededSampleDataset` wraps the dataset: for a :class:`SampleIndex` it seeds Python's,
   NumPy's and torch's generators from the index's seed, runs the wrapped dataset's
   ``__getitem__`` (pipeline included) and puts the caller's generator states back.
-* :func:`guard_data_worker` (a ``worker_init_fn``) makes each worker die with its parent
-  process (Linux ``PR_SET_PDEATHSIG``), so a rank killed by SIGKILL leaves no orphaned workers
+* :func:`guard_data_worker` (a ``worker_init_fn``) makes each worker die with the process
+  that started it (Linux ``PR_SET_PDEATHSIG``, or a pidfd under the ``forkserver`` start
+  method), so a rank killed by SIGKILL leaves no orphaned workers
   holding memory, and leaves SIGTERM/SIGUSR1 to the main process (see
   :class:`cvt_mm.engine.preemption.PreemptionHook`), which stops the workers itself.
   :mod:`cvt_mm.integration` registers :func:`kill_guarded_children` to run at interpreter
@@ -39,8 +40,10 @@ import ctypes
 import multiprocessing
 import os
 import random
+import select
 import signal
 import sys
+import threading
 from typing import Iterator, List, Optional, Union
 
 import numpy as np
@@ -253,6 +256,28 @@ def _die_with_parent(parent_pid: int) -> bool:
     return True
 
 
+def _die_with_process(pid: int) -> bool:
+    """SIGKILL this process when process ``pid``, not its parent, ends: a watcher thread
+    waits on a pidfd of it (Linux 5.3+). For workers started through the fork server, whose
+    parent is the server; the server outlives the training process (every worker holds it
+    open). False where pidfds are not available."""
+    if not hasattr(os, 'pidfd_open'):
+        return False
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:  # already gone
+        os._exit(1)
+    except OSError:
+        return False
+
+    def watch():
+        select.select([fd], [], [])  # readable once the process has ended
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name='cvt_mm-main-watch', daemon=True).start()
+    return True
+
+
 def _ignores_sigterm(pid: int) -> bool:
     """Whether process ``pid`` ignores SIGTERM (its ``SigIgn`` mask in /proc)."""
     try:
@@ -282,9 +307,11 @@ def guard_data_worker(worker_id: int, seed: Optional[int] = None,
                       num_workers: Optional[int] = None, rank: Optional[int] = None) -> None:
     """``worker_init_fn`` for data-loader workers of long runs.
 
-    * The worker is killed by the kernel when its parent (the training process) dies, also
-      by SIGKILL, so it cannot linger as an orphan holding memory (Linux; elsewhere the
-      worker relies on PyTorch's own watchdog).
+    * The worker is killed when the training process that started it dies, also by
+      SIGKILL, so it cannot linger as an orphan holding memory (Linux: by the kernel for
+      ``fork`` and ``spawn`` workers, by a watcher thread on a pidfd for ``forkserver``
+      workers, whose parent is the fork server; elsewhere the worker relies on PyTorch's
+      own watchdog).
     * Where that protection holds, SIGTERM and SIGUSR1 are ignored in the worker: schedulers
       send them to every process, and a worker that died of them would crash the training
       process before it could save a checkpoint (:class:`~cvt_mm.engine.hooks.PreemptionHook`).
@@ -299,8 +326,16 @@ def guard_data_worker(worker_id: int, seed: Optional[int] = None,
         rank (int, optional): this process's rank, for the seeding. Defaults to None (read
             from the distributed environment).
     """
-    parent = multiprocessing.parent_process()
-    if parent is not None and _die_with_parent(parent.pid):
+    # The process that started the worker: the parent, or under the forkserver start method
+    # the fork server's client.
+    main = multiprocessing.parent_process()
+    if main is None:
+        guarded = False
+    elif os.getppid() == main.pid:
+        guarded = _die_with_parent(main.pid)
+    else:
+        guarded = _die_with_process(main.pid)
+    if guarded:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         signal.signal(signal.SIGUSR1, signal.SIG_IGN)
     if seed is not None:
