@@ -4,7 +4,9 @@ or not at all. It knows nothing of URLs, formats or published weights (the layer
 * :func:`read_local`: ``torch.load(weights_only=True)`` or safetensors; a file that is not a
   readable weight file raises :class:`CheckpointError` saying what it is instead.
 * :func:`write_atomically`: through a temporary file in the same folder and a rename, so a
-  reader sees the previous file or the complete new one.
+  reader sees the previous file or the complete new one; temporary files that killed
+  writers left behind are removed by the next write into the folder.
+* :func:`reading_once`: a block in which each file is read once, however many callers ask.
 
 Example::
 
@@ -14,17 +16,21 @@ Example::
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import os.path as osp
 import pickle
 import re
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Optional, Union
 
 import torch
 
-__all__ = ['CheckpointError', 'sniff_file', 'read_local', 'write_atomically']
+__all__ = ['CheckpointError', 'sniff_file', 'read_local', 'reading_once', 'write_atomically',
+           'remove_stale_parts']
 
 
 class CheckpointError(RuntimeError):
@@ -109,6 +115,32 @@ def _unreadable_error(path: str, kind: str, err: Optional[Exception],
                            f'{type(err).__name__}: {message}')
 
 
+# What read_local has read inside reading_once(): (path, inode, size, mtime) -> object.
+_read_once: Optional[dict] = None
+
+
+@contextlib.contextmanager
+def reading_once():
+    """Within the block, :func:`read_local` reads each file once: a file read before in the
+    block and unchanged since (same inode, size and modification time) gives the object read
+    then. Callers in the block must not modify what they get.
+
+    Example::
+
+        >>> with reading_once():
+        ...     path, _ = find_resumable_checkpoint(work_dir)  # reads the candidates
+        ...     seed = read_checkpoint(path)['meta'].get('seed')  # not read again
+    """
+    global _read_once
+    outer = _read_once
+    if outer is None:
+        _read_once = {}
+    try:
+        yield
+    finally:
+        _read_once = outer
+
+
 def read_local(path: str, hint: str = '') -> dict:
     """Read a local ``.pth``/``.pt``/``.bin``/``.ckpt`` file (safe unpickling) or a
     ``.safetensors`` file.
@@ -116,6 +148,9 @@ def read_local(path: str, hint: str = '') -> dict:
     A path that is not a readable weight file (missing, a URL, a directory, empty, an HTML
     page, truncated, carrying pickled objects) raises :class:`CheckpointError` saying which of
     these it is and what to do; ``hint`` (where such a file is published) is appended.
+
+    ``torch.save`` zip files are memory-mapped (``mmap=True``): tensors are read from the file
+    when first used, so reading a checkpoint for its ``meta`` costs little.
 
     Args:
         path (str): the file.
@@ -130,6 +165,19 @@ def read_local(path: str, hint: str = '') -> dict:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise _not_a_file_error(path, hint)
+    key = None
+    if _read_once is not None:
+        st = os.stat(path)
+        key = (osp.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
+        if key in _read_once:
+            return _read_once[key]
+    result = _read_local(path, hint)
+    if key is not None:
+        _read_once[key] = result
+    return result
+
+
+def _read_local(path: str, hint: str) -> dict:
     kind = sniff_file(path)
     if kind in ('empty', 'html', 'unknown'):
         raise _unreadable_error(path, kind, None, hint)
@@ -140,19 +188,74 @@ def read_local(path: str, hint: str = '') -> dict:
         # DeiT/timm-style training scripts (CMT's among them) store their argparse Namespace
         # beside the weights: a plain attribute bag, safe to rebuild.
         with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location='cpu', weights_only=True)
+            return torch.load(path, map_location='cpu', weights_only=True,
+                              mmap=kind == 'zip')
     except Exception as err:  # noqa: BLE001 - re-raised with the path, the cause kept
         raise _unreadable_error(path, kind, err, hint) from err
+
+
+# Temporary files of write_atomically: .<name>.<random>.<pid>@<host>.part
+_PART_WRITER = re.compile(r'\.(\d+)@([^@/]*)\.part$')
+#: Seconds after which a temporary file whose writer cannot be checked (another host, or a
+#: name without a writer) counts as abandoned.
+STALE_PART_AGE = 24 * 3600
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
+
+
+def remove_stale_parts(folder: str) -> list:
+    """Remove the temporary files that :func:`write_atomically` calls killed mid-write left in
+    ``folder``: those of a process of this host that has ended, and those older than
+    :data:`STALE_PART_AGE` whose writer cannot be checked (another host's, or of versions that
+    did not name the writer). Files being written by a live process stay.
+
+    Args:
+        folder (str): the folder.
+
+    Returns:
+        list[str]: the files removed.
+    """
+    host, removed = socket.gethostname(), []
+    try:
+        names = [n for n in os.listdir(folder) if n.startswith('.') and n.endswith('.part')]
+    except OSError:
+        return removed
+    for name in names:
+        path = osp.join(folder, name)
+        writer = _PART_WRITER.search(name)
+        try:
+            if writer and writer.group(2) == host:
+                stale = not _pid_alive(int(writer.group(1)))
+            else:
+                stale = time.time() - os.stat(path).st_mtime > STALE_PART_AGE
+            if stale:
+                os.remove(path)
+                removed.append(path)
+        except FileNotFoundError:  # renamed into place or removed meanwhile
+            continue
+    return removed
 
 
 def write_atomically(data: Union[bytes, str], filepath: Union[str, Path],
                      encoding: str = 'utf-8') -> None:
     """Write ``data`` to ``filepath`` through a temporary file in the same folder and a rename;
-    the folder is created if needed."""
+    the folder is created if needed. The temporary file's name holds the writer's pid and
+    host, so that the next write into the folder removes those of killed writers
+    (:func:`remove_stale_parts`)."""
     filepath = os.fspath(filepath)
     folder = osp.dirname(osp.abspath(filepath))
     os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{osp.basename(filepath)}.', suffix='.part')
+    remove_stale_parts(folder)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=f'.{osp.basename(filepath)}.',
+                               suffix=f'.{os.getpid()}@{socket.gethostname()}.part')
     try:
         with os.fdopen(fd, 'wb') as f:
             f.write(data.encode(encoding) if isinstance(data, str) else data)
