@@ -168,13 +168,27 @@ def slurm_environment(environ=None) -> dict:
 
 def init_process_group(backend: str, timeout: Optional[timedelta] = None) -> None:
     """``torch.distributed.init_process_group`` from the ``env://`` variables; under torchrun,
-    in a store namespace of this attempt's own.
+    in a store namespace of this attempt's own, and with one restart count on every process.
 
     torchrun keeps one store for the whole job (its static rendezvous always, its c10d one by
     default). After a restart, the new processes would find the failed attempt's keys in it,
     and one that reads a dead peer's address waits in ``init_process_group`` until the
-    timeout (seen here: 13 minutes and counting). Prefixing the keys with the restart count
-    (``TORCHELASTIC_RESTART_COUNT``) gives every attempt a clean namespace.
+    timeout. On one node, prefixing the keys with the restart count
+    (``TORCHELASTIC_RESTART_COUNT``) gives every attempt a clean namespace. That count is
+    each node's agent's own, though: after a failure on one node only that node's agent
+    counts a restart; the others restart at the same count, so their prefixes differ and the
+    ranks wait on each other until the timeout. Across nodes the store is therefore not
+    shared (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, as tools/dist_train.sh sets with
+    ``MAX_RESTARTS``): rank 0 of each attempt then serves a new store, on a port the
+    rendezvous chooses for that round, and no prefix is needed.
+
+    Once the group is up, every process takes the largest restart count of the job into
+    ``TORCHELASTIC_RESTART_COUNT``, so that all of them decide alike whether to resume
+    (:func:`choose_resume`).
+
+    Raises:
+        RuntimeError: restarts across nodes on a store shared with the agents, where a
+            restart would hang; naming the variable that avoids it.
     """
     timeout = timeout or default_pg_timeout
     attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT')
@@ -182,15 +196,27 @@ def init_process_group(backend: str, timeout: Optional[timedelta] = None) -> Non
         torch_dist.init_process_group(backend=backend, timeout=timeout)
         return
     rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
-    # The store is the agent's (clients only), unless torchrun was told not to share it;
-    # then rank 0 serves it, as env:// would.
-    serve = rank == 0 and os.environ.get('TORCHELASTIC_USE_AGENT_STORE') != 'True'
+    agent_store = os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True'
+    nodes = int(os.environ.get('GROUP_WORLD_SIZE', '1'))
+    if agent_store and nodes > 1 and int(os.environ.get('TORCHELASTIC_MAX_RESTARTS', '0')):
+        raise RuntimeError(
+            f'torchrun restarts on {nodes} nodes with the store shared by the agents: after a '
+            'restart the nodes would count different attempts and wait on each other until '
+            'the timeout. Start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and '
+            '--rdzv-backend=c10d (tools/dist_train.sh does so when MAX_RESTARTS > 0).')
+    # The agents' store (clients only), or, not shared, a new one that rank 0 serves.
+    serve = rank == 0 and not agent_store
     store = torch_dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),
                                 world_size, is_master=serve, timeout=timeout,
                                 multi_tenant=serve)
+    namespace = f'cvt_mm/attempt_{attempt}' if agent_store else 'cvt_mm'
     torch_dist.init_process_group(
-        backend=backend, store=torch_dist.PrefixStore(f'cvt_mm/attempt_{attempt}', store),
+        backend=backend, store=torch_dist.PrefixStore(namespace, store),
         rank=rank, world_size=world_size, timeout=timeout)
+    count = torch.tensor([int(attempt)], dtype=torch.int64,
+                         device='cuda' if 'nccl' in backend else 'cpu')
+    torch_dist.all_reduce(count, op=torch_dist.ReduceOp.MAX)
+    os.environ['TORCHELASTIC_RESTART_COUNT'] = str(int(count.item()))
 
 
 def prepare_distributed(cfg, launcher: str) -> None:
@@ -275,6 +301,36 @@ def _say(message: str) -> None:
         print(message, flush=True)
 
 
+def _choose_checkpoint(cfg, resume, restarted: bool) -> tuple:
+    """(path or None, the checkpoint's seed or None), and the log lines; see
+    :func:`choose_resume`."""
+    from ..checkpoint.io import reading_once
+    from ..checkpoint.loading import read_checkpoint
+    from .resume import describe_restart, find_resumable_checkpoint
+    # The candidates, the chosen file's seed and the restart message read each file once.
+    with reading_once():
+        path = None
+        if resume == 'auto' or restarted:
+            path, skipped = find_resumable_checkpoint(cfg.work_dir)
+            for line in skipped:
+                _say(f'--resume: {line}')
+            if restarted:
+                _say(describe_restart(cfg.work_dir, path))
+            if path is None and resume not in (None, 'auto'):
+                path = resume  # restarted before the first checkpoint: the file asked for
+        elif resume is not None:
+            path = resume
+        if path is None:
+            if resume == 'auto':
+                _say(f'--resume: no checkpoint to resume from in {cfg.work_dir}; training '
+                     'starts at the beginning')
+            return None, None
+        checkpoint = read_checkpoint(path)  # a clear error for a missing or damaged file
+        if not restarted:
+            _say(f'--resume: resuming from {path}')
+        return path, checkpoint.get('meta', {}).get('seed')
+
+
 def choose_resume(cfg, resume) -> None:
     """Decide what the run continues from, in place (``cfg.resume``, ``cfg.load_from``,
     ``cfg.randomness.seed``), and say it.
@@ -289,36 +345,45 @@ def choose_resume(cfg, resume) -> None:
 
     When resuming, a config without a fixed seed takes the checkpoint's, so the data order
     and the per-sample augmentation seeds continue as before.
+
+    When the process group is up (``tools/train.py`` starts it before this for torchrun, and
+    for slurm without CUDA), rank 0 alone chooses and every rank takes its choice, or its
+    error: ranks looking on their own could see different files (a save landing in between)
+    and resume from different iterations. Otherwise (slurm with CUDA, where MMEngine starts
+    the group later) each rank chooses for itself.
+
+    Args:
+        cfg (Config): the run's config.
+        resume (str | None): ``'auto'``, a checkpoint path, or None (no ``--resume``).
     """
-    from ..checkpoint.loading import read_checkpoint
-    from .resume import describe_restart, find_resumable_checkpoint, restart_count
+    from .preemption import flag_group
+    from .resume import restart_count
     restarted = restart_count() > 0
-    path = None
-    if resume == 'auto' or restarted:
-        path, skipped = find_resumable_checkpoint(cfg.work_dir)
-        for line in skipped:
-            _say(f'--resume: {line}')
-        if restarted:
-            _say(describe_restart(cfg.work_dir, path))
-        if path is None and resume not in (None, 'auto'):
-            path = resume  # restarted before the first checkpoint: the file asked for
-    elif resume is not None:
-        path = resume
+    shared = torch_dist.is_available() and torch_dist.is_initialized() and \
+        torch_dist.get_world_size() > 1
+    choice = [None, None, None]  # path, seed, error
+    if not shared or torch_dist.get_rank() == 0:
+        try:
+            choice[:2] = _choose_checkpoint(cfg, resume, restarted)
+        except Exception as err:  # noqa: BLE001 - every rank raises it, below
+            if not shared:
+                raise
+            choice[2] = err
+    if shared:
+        torch_dist.broadcast_object_list(choice, src=0, group=flag_group())
+    path, seed, error = choice
+    if error is not None:
+        raise error
     if path is None:
         if resume == 'auto':
-            _say(f'--resume: no checkpoint to resume from in {cfg.work_dir}; training starts '
-                 'at the beginning')
             cfg.load_from = None
         cfg.resume = False
         return
-    checkpoint = read_checkpoint(path)  # a clear error for a missing or damaged file
-    if not restarted:
-        _say(f'--resume: resuming from {path}')
     cfg.resume = True
     cfg.load_from = path
     randomness = cfg.get('randomness') or ConfigDict()
-    if randomness.get('seed') is None and checkpoint.get('meta', {}).get('seed') is not None:
-        randomness['seed'] = checkpoint['meta']['seed']
+    if randomness.get('seed') is None and seed is not None:
+        randomness['seed'] = seed
         cfg.randomness = randomness
 
 
