@@ -16,6 +16,7 @@ import pytest
 import torch
 from mmengine.config import Config
 from mmengine.dataset import DefaultSampler, InfiniteSampler
+from mmengine.hooks import Hook
 from torch.utils.data import DataLoader
 
 import cvt_mm  # noqa: F401
@@ -180,13 +181,21 @@ ORPHAN_PARENT = textwrap.dedent('''
             time.sleep(0.01)
             return torch.zeros(1000)
 
-    loader = DataLoader(Slow(), batch_size=4, num_workers=2, persistent_workers=True,
-                        worker_init_fn=guard_data_worker)
-    it = iter(loader)
-    next(it)
-    print(' '.join(str(w.pid) for w in it._workers), flush=True)
-    time.sleep(600)
+    if __name__ == '__main__':  # spawn and forkserver workers import this file
+        loader = DataLoader(Slow(), batch_size=4, num_workers=2, persistent_workers=True,
+                            worker_init_fn=guard_data_worker,
+                            multiprocessing_context=sys.argv[1] if len(sys.argv) > 1 else None)
+        it = iter(loader)
+        next(it)
+        print(' '.join(str(w.pid) for w in it._workers), flush=True)
+        time.sleep(600)
 ''')
+
+
+def _ignores_sigterm(pid):
+    with open(f'/proc/{pid}/status') as f:
+        mask = next(line.split()[1] for line in f if line.startswith('SigIgn:'))
+    return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
 
 
 def _alive(pid):
@@ -198,19 +207,33 @@ def _alive(pid):
 
 
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='PR_SET_PDEATHSIG is Linux')
-def test_data_workers_die_with_a_killed_training_process():
-    proc = subprocess.Popen([sys.executable, '-c', ORPHAN_PARENT], stdout=subprocess.PIPE,
-                            text=True, env=dict(os.environ, PYTHONPATH=ROOT))
-    workers = [int(p) for p in proc.stdout.readline().split()]
-    assert len(workers) == 2 and all(_alive(w) for w in workers)
-    # Scheduler signals reach the workers too; they leave them to the training process.
-    for w in workers:
-        os.kill(w, signal.SIGTERM)
-        os.kill(w, signal.SIGUSR1)
-    time.sleep(0.5)
-    assert all(_alive(w) for w in workers)
-    proc.kill()  # SIGKILL, as the kernel's OOM killer
-    proc.wait()
+@pytest.mark.parametrize('start_method', ['fork', 'forkserver', 'spawn'])
+def test_data_workers_die_with_a_killed_training_process(tmp_path, start_method):
+    """Under forkserver a worker's parent is the fork server, not the training process; the
+    workers must still run, and still die with the training process."""
+    script = tmp_path / 'parent.py'
+    script.write_text(ORPHAN_PARENT)
+    proc = subprocess.Popen([sys.executable, str(script), start_method], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True,
+                            env=dict(os.environ, PYTHONPATH=ROOT))
+    try:
+        line = proc.stdout.readline()
+        workers = [int(p) for p in line.split()]
+        assert len(workers) == 2, (proc.kill(), proc.communicate()[1][-2000:])
+        assert all(_alive(w) for w in workers)
+        # A spawned worker may still be importing when the first batch arrives from another.
+        deadline = time.time() + 60
+        while not all(_ignores_sigterm(w) for w in workers) and time.time() < deadline:
+            time.sleep(0.1)
+        # Scheduler signals reach the workers too; they leave them to the training process.
+        for w in workers:
+            os.kill(w, signal.SIGTERM)
+            os.kill(w, signal.SIGUSR1)
+        time.sleep(0.5)
+        assert all(_alive(w) for w in workers)
+    finally:
+        proc.kill()  # SIGKILL, as the kernel's OOM killer
+        proc.wait()
     deadline = time.time() + 10
     while any(_alive(w) for w in workers) and time.time() < deadline:
         time.sleep(0.1)
@@ -221,7 +244,7 @@ def test_a_process_with_guarded_workers_still_exits_by_itself():
     """Guarded workers ignore SIGTERM, which is how Python ends daemonic children at exit:
     the exit must not wait for them forever."""
     script = ORPHAN_PARENT.replace('time.sleep(600)', 'sys.exit(3)')
-    proc = subprocess.run([sys.executable, '-c', script], capture_output=True, text=True,
+    proc = subprocess.run([sys.executable, '-c', script, 'fork'], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 3, proc.stderr[-2000:]
     assert not any(_alive(int(p)) for p in proc.stdout.split())
@@ -355,3 +378,320 @@ def test_a_stop_that_cannot_be_agreed_exits_without_waiting_or_writing(tmp_path,
     assert procs[0].returncode == STOPPED_EXIT_CODE, err[-2000:]
     assert 'returned' not in out and 'exiting without a checkpoint' in out + err
     assert elapsed < 30 and list(tmp_path.iterdir()) == []
+
+
+# ----------------------------------------------------------------------------- the boundary
+class SignalBetweenReads(PreemptionHook):
+    """A stop signal that lands while the boundary is being decided: ``requested`` is None
+    at its first read and set from then on."""
+    reads = 0
+
+    @property
+    def requested(self):
+        self.reads += 1
+        return None if self.reads == 1 else 'SIGTERM'
+
+    @requested.setter
+    def requested(self, value):
+        pass
+
+
+def test_a_rank_stops_exactly_when_the_flag_it_sent_says_so(monkeypatch):
+    from cvt_mm.engine import preemption
+    sent = []
+
+    def all_reduce(tensor, op=None, group=None, async_op=False):
+        sent.append(int(tensor.item()))  # the peer sends 0: the maximum is this rank's flag
+
+    monkeypatch.setattr(preemption, 'get_dist_info', lambda: (0, 2))
+    monkeypatch.setattr(torch.distributed, 'all_reduce', all_reduce)
+    monkeypatch.setattr(torch.distributed, 'get_backend', lambda group=None: 'gloo')
+    hook = SignalBetweenReads()
+    first = hook._agree()
+    # The peer saw the flag sent and trains on; stopping here alone would leave it waiting
+    # in a collective this rank never joins.
+    assert first is bool(sent[0]), f'sent {sent[0]} to the other ranks but decided {first}'
+    assert hook._agree() is True and sent[-1] == 1  # the signal is answered at the next one
+
+
+SIDE_GROUP = textwrap.dedent('''
+    import json, sys, types
+    import torch
+    import torch.distributed as dist
+    import cvt_mm  # noqa
+    from cvt_mm.engine.hooks import FiniteLossHook
+    from cvt_mm.engine.preemption import PreemptionHook
+
+    dist.init_process_group('gloo')
+    world = dist.group.WORLD
+    real_backend, real_all_reduce, real_new_group = (dist.get_backend, dist.all_reduce,
+                                                     dist.new_group)
+    # The default group stands for NCCL, whose all-reduce returns before the peers answer.
+    dist.get_backend = lambda group=None: ('nccl' if group is None or group is world
+                                           else real_backend(group))
+    calls = dict(default=0, side=0, new_group=0)
+
+    def all_reduce(tensor, op=dist.ReduceOp.SUM, group=None, async_op=False):
+        calls['default' if group is None or group is world else 'side'] += 1
+        return real_all_reduce(tensor, op, group, async_op)
+
+    def new_group(*args, **kwargs):
+        calls['new_group'] += 1
+        return real_new_group(*args, **kwargs)
+
+    dist.all_reduce, dist.new_group = all_reduce, new_group
+    wrapper = types.SimpleNamespace(update_params=lambda loss: None,
+                                    should_update=lambda: True)
+    runner = types.SimpleNamespace(iter=0, epoch=0, work_dir='.', optim_wrapper=wrapper)
+    finite, stop = FiniteLossHook(), PreemptionHook()
+    for hook in (finite, stop):
+        hook.before_train(runner)
+    iterations = int(sys.argv[1])
+    for i in range(iterations):
+        runner.iter = i
+        finite.before_train_iter(runner, i, {})
+        wrapper.update_params(torch.tensor(1.0))  # the loss check, before backward
+        stop.after_train_iter(runner, i)  # the stop flag, after the step
+    if dist.get_rank() == 1:
+        stop.requested = 'SIGTERM'
+    agreed = stop._agree()
+    print(json.dumps(dict(calls, agreed=agreed)), flush=True)
+    dist.destroy_process_group()
+''')
+
+
+def test_the_per_iteration_flags_travel_on_a_gloo_group_created_once(tmp_path):
+    """Under NCCL an all-reduce returns once queued, so a timed wait on it cannot see a dead
+    peer: the flags must go through a gloo group beside the default one."""
+    import json
+
+    from conftest import free_port
+    env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR='127.0.0.1',
+               MASTER_PORT=str(free_port()), WORLD_SIZE='2', OMP_NUM_THREADS='1')
+    procs = [subprocess.Popen([sys.executable, '-c', SIDE_GROUP, '3'], cwd=tmp_path,
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    for out, _ in outputs:
+        # Two flags per iteration (the loss check and the stop), plus the final agreement.
+        assert json.loads(out) == dict(default=0, side=2 * 3 + 1, new_group=1, agreed=True)
+
+
+# ----------------------------------------------------------------------------- in-process runs
+class ToyData:
+    """Samples with a random augmentation (noise from the sample's seed)."""
+
+    def __len__(self):
+        return 24
+
+    def __getitem__(self, i):
+        return dict(inputs=torch.full((4, ), i / 24) + torch.randn(4),
+                    labels=torch.tensor([float(i % 3)]))
+
+
+def _toy_model():
+    from mmengine.model import BaseModel
+
+    class ToyModel(BaseModel):
+        def __init__(self):
+            super().__init__()
+            self.linear = torch.nn.Linear(4, 1)
+            self.drop = torch.nn.Dropout(0.5)  # draws from the training process's generator
+
+        def forward(self, inputs, labels=None, mode='tensor'):
+            out = self.linear(self.drop(torch.stack(inputs)))
+            if mode == 'loss':
+                return dict(loss=((out - torch.stack(labels)) ** 2).mean())
+            return out
+
+    return ToyModel()
+
+
+class Recorder(Hook):
+    """What each iteration trains on: its inputs (batches and augmentations) and the state
+    of the generator its random draws come from, after any restore."""
+    priority = 'LOWEST'
+
+    def __init__(self, log):
+        self.log = log
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        self.log.append((runner.iter + 1, torch.stack(data_batch['inputs']).tolist(),
+                         torch.get_rng_state().tolist()))
+
+
+class SignalAt(Hook):
+    """Sends SIGUSR1 to this process at the start of iteration ``iteration``."""
+    priority = 'LOWEST'
+
+    def __init__(self, iteration):
+        self.iteration = iteration
+
+    def before_train_iter(self, runner, batch_idx, data_batch=None):
+        if runner.iter + 1 == self.iteration:
+            os.kill(os.getpid(), signal.SIGUSR1)
+
+
+def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, resume=None):
+    """An iteration-based run of ``tools/train.py``'s pieces: the resumable loop, exact
+    resume, the stop on SIGUSR1; one optimizer step every ``accumulative_counts`` iterations."""
+    from mmengine.runner import Runner
+    torch.manual_seed(0)  # the initial weights
+    runner = Runner(
+        model=_toy_model(), work_dir=str(work_dir), experiment_name=name,
+        train_dataloader=dict(dataset=ToyData(), batch_size=2, num_workers=0,
+                              sampler=dict(type='InfiniteSampler', shuffle=True)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9),
+                           accumulative_counts=accumulative_counts),
+        train_cfg=dict(type='ResumableIterBasedTrainLoop', max_iters=max_iters),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False,
+                                           interval=100)),
+        custom_hooks=[dict(type='ExactResumeHook'),
+                      dict(type='PreemptionHook', signals=('SIGUSR1', ))],
+        randomness=dict(seed=0), resume=resume is not None, load_from=resume,
+        default_scope='mmengine')
+    for hook in hooks:
+        runner.register_hook(hook)
+    return runner
+
+
+def test_a_stop_inside_gradient_accumulation_waits_for_the_optimizer_step(tmp_path):
+    """With an optimizer step every 2 iterations, a signal in iteration 3 stops after
+    iteration 4, where the step has used both halves of the gradient; the resumed run ends
+    with the uninterrupted run's weights, having trained on the same batches with the same
+    augmentations and random draws."""
+    from cvt_mm.engine.preemption import TrainingPreempted
+    full, interrupted = [], []
+    _toy_runner(tmp_path / 'a', f'{tmp_path.name}_a', [Recorder(full)]).train()
+    runner = _toy_runner(tmp_path / 'b', f'{tmp_path.name}_b',
+                         [Recorder(interrupted), SignalAt(3)])
+    with pytest.raises(TrainingPreempted) as stopped:
+        runner.train()
+    assert os.path.basename(stopped.value.checkpoint) == 'iter_4.pth'
+    _toy_runner(tmp_path / 'b', f'{tmp_path.name}_b2', [Recorder(interrupted)],
+                resume=stopped.value.checkpoint).train()
+    assert [r[0] for r in interrupted] == [r[0] for r in full] == list(range(1, 9))
+    assert interrupted == full  # batches, augmentations, generator states
+    a = torch.load(tmp_path / 'a' / 'iter_8.pth', weights_only=False)['state_dict']
+    b = torch.load(tmp_path / 'b' / 'iter_8.pth', weights_only=False)['state_dict']
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+# ----------------------------------------------------------------------------- the resume choice
+CHOOSE = textwrap.dedent('''
+    import os, sys, time
+    import torch
+    import torch.distributed as dist
+    from mmengine.config import Config
+    import cvt_mm  # noqa
+    from cvt_mm.engine import resume
+    from cvt_mm.engine.launch import choose_resume
+
+    work, rank = sys.argv[1], int(os.environ['RANK'])
+    looked = os.path.join(work, 'rank_0_looked')
+    real_find = resume.find_resumable_checkpoint
+
+    def find(work_dir):
+        if rank == 1:  # rank 1 looks after rank 0...
+            while not os.path.exists(looked):
+                time.sleep(0.05)
+        found = real_find(work_dir)
+        if rank == 0:  # ...and a newer checkpoint lands in between
+            torch.save({'state_dict': {}, 'optimizer': {}, 'meta': {'iter': 4, 'seed': 4}},
+                       os.path.join(work_dir, 'iter_4.pth'))
+            open(looked, 'w').close()
+        return found
+
+    resume.find_resumable_checkpoint = find
+    dist.init_process_group('gloo')
+    cfg = Config(dict(work_dir=work))
+    choose_resume(cfg, 'auto')
+    print(cfg.load_from, cfg.randomness.seed, flush=True)
+    dist.destroy_process_group()
+''')
+
+
+def test_every_rank_resumes_from_the_checkpoint_rank_0_chose(tmp_path):
+    from conftest import free_port
+    torch.save({'state_dict': {}, 'optimizer': {}, 'meta': {'iter': 2, 'seed': 2}},
+               tmp_path / 'iter_2.pth')
+    env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR='127.0.0.1',
+               MASTER_PORT=str(free_port()), WORLD_SIZE='2', OMP_NUM_THREADS='1')
+    for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'):
+        env.pop(name, None)
+    procs = [subprocess.Popen([sys.executable, '-c', CHOOSE, str(tmp_path)],
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+    chosen = [out.splitlines()[-1].split() for out, _ in outputs]
+    assert chosen == [[str(tmp_path / 'iter_2.pth'), '2']] * 2, \
+        f'rank 0 resumes from {chosen[0]}, rank 1 from {chosen[1]}'
+
+
+def test_the_resumed_checkpoint_is_read_once(tmp_path, monkeypatch):
+    """Choosing the checkpoint, taking its seed and describing the restart read it once,
+    mapped rather than copied into memory."""
+    from cvt_mm.engine.launch import choose_resume
+    path = str(tmp_path / 'iter_6.pth')
+    torch.save({'state_dict': {'w': torch.ones(3)}, 'optimizer': {},
+                'meta': {'iter': 6, 'epoch': 1, 'seed': 7}}, path)
+    monkeypatch.setenv('TORCHELASTIC_RESTART_COUNT', '1')  # also describes the restart
+    monkeypatch.delenv('SLURM_RESTART_COUNT', raising=False)
+    reads, real_load = [], torch.load
+
+    def counting_load(f, *args, **kwargs):
+        reads.append((os.fspath(f), kwargs.get('mmap', False)))
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(torch, 'load', counting_load)
+    cfg = Config(dict(work_dir=str(tmp_path)))
+    choose_resume(cfg, None)
+    assert (cfg.load_from, cfg.randomness.seed) == (path, 7)
+    assert reads == [(path, True)], f'{len(reads)} reads: {reads}'
+
+
+# ----------------------------------------------------------------------------- partial writes
+STUCK_WRITER = textwrap.dedent('''
+    import os, sys, time
+    from cvt_mm.checkpoint.io import write_atomically
+
+    def stuck(fd):  # the data is written, the process is killed before it is complete
+        print('saving', flush=True)
+        time.sleep(600)
+
+    os.fsync = stuck
+    write_atomically(b'x' * 4096, sys.argv[1])
+''')
+
+
+def _parts(folder):
+    return sorted(p.name for p in folder.iterdir() if p.name.endswith('.part'))
+
+
+def test_a_save_removes_what_killed_saves_left_and_keeps_live_ones(tmp_path):
+    def writer(name):
+        proc = subprocess.Popen([sys.executable, '-c', STUCK_WRITER, str(tmp_path / name)],
+                                stdout=subprocess.PIPE, text=True,
+                                env=dict(os.environ, PYTHONPATH=ROOT))
+        assert proc.stdout.readline().strip() == 'saving'
+        return proc
+
+    killed = writer('iter_2.pth')
+    killed.kill()  # SIGKILL mid-save
+    killed.wait()
+    left = _parts(tmp_path)
+    assert len(left) == 1
+    live = writer('iter_4.pth')  # another save still being written
+    try:
+        being_written = [p for p in _parts(tmp_path) if p not in left]
+        from cvt_mm.checkpoint.io import write_atomically
+        write_atomically(b'{}', tmp_path / 'heartbeat.json')  # the next save
+        assert _parts(tmp_path) == being_written, \
+            f'part files after the next save: {_parts(tmp_path)}; expected {being_written}'
+    finally:
+        live.kill()
+        live.wait()
