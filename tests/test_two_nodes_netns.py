@@ -315,3 +315,17 @@ def _environ(pid: int) -> dict:
         return {}
     return {k.decode(): v.decode(errors='replace') for k, v in pairs}
 
+
+
+def test_restarts_across_nodes_on_the_agents_shared_store_are_refused(monkeypatch):
+    """torchrun's defaults (the store shared by the agents) with restarts on two nodes: the
+    restart counts would differ between the nodes and the ranks wait on each other until
+    the timeout; init_process_group says so at the start, naming the fix."""
+    from cvt_mm.engine.launch import init_process_group
+    for key, value in dict(TORCHELASTIC_RESTART_COUNT='0', TORCHELASTIC_MAX_RESTARTS='1',
+                           TORCHELASTIC_USE_AGENT_STORE='True', GROUP_WORLD_SIZE='2',
+                           RANK='1', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',
+                           MASTER_PORT='1').items():
+        monkeypatch.setenv(key, value)
+    with pytest.raises(RuntimeError, match='TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1'):
+        init_process_group('gloo')
