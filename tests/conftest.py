@@ -9,6 +9,7 @@ import sys
 
 import pytest
 
+from cluster_runs import make_cluster_data
 from helpers import det_user_config, make_tiny_data, run_tool, seg_user_config
 
 TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
@@ -49,6 +50,12 @@ def pytest_configure(config):
 @pytest.fixture(scope='session')
 def tiny_data(tmp_path_factory):
     return make_tiny_data(str(tmp_path_factory.mktemp('data')))
+
+
+@pytest.fixture(scope='session')
+def cluster_data(tmp_path_factory):
+    """The data of the cluster scenarios (:func:`cluster_runs.make_cluster_data`)."""
+    return make_cluster_data(str(tmp_path_factory.mktemp('cluster_data')))
 
 
 @pytest.fixture(scope='session')
