@@ -1,0 +1,223 @@
+"""Training under a real slurm: Debian's slurmctld and slurmd on this machine
+(tests/slurm/local_slurm.sh), jobs submitted with sbatch and srun as a user submits them, and
+the events a cluster brings: the time-limit signal, a preemption by a job of a higher
+partition, a requeue by the scheduler of a job running torchrun. Each interrupted job must
+end with the weights of an uninterrupted job under the same launcher, bit for bit.
+
+A requeued job is held by slurm until the credential of its previous run has expired
+(2 minutes by default); the test cluster's credentials live 10 s, so requeued jobs start
+again 11 s after their requeue."""
+import os
+import os.path as osp
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+
+from cvt_mm.checkpoint import read_checkpoint
+
+from cluster_runs import assert_same_weights, drop_checkpoints, exact_config, pointer_is
+from conftest import free_port
+from helpers import PACED_ENV, ROOT, TOOLS, det_user_config, narrow_config
+
+pytestmark = pytest.mark.slow
+
+LOCAL_SLURM = osp.join(ROOT, 'tests', 'slurm', 'local_slurm.sh')
+SBATCH_SCRIPT = osp.join(TOOLS, 'slurm_sbatch.sh')
+
+
+@pytest.fixture(scope='module')
+def slurm():
+    """The environment of a client of the running one-node cluster (``SLURM_CONF``), the
+    training processes' settings (one thread each: runs are compared bit for bit) and the
+    paced iterations of the narrow configs. The daemons are stopped at the module's end."""
+    proc = subprocess.run(['bash', LOCAL_SLURM, 'start'], capture_output=True, text=True,
+                          timeout=600)
+    if proc.returncode == 3:  # the script's code for "no root or no apt-get"
+        pytest.skip(f'no slurm here: {proc.stderr.strip()}')
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    conf = proc.stdout.strip().rsplit('export SLURM_CONF=', 1)[1]
+    env = dict(os.environ, SLURM_CONF=conf, OMP_NUM_THREADS='1', PYTHON=sys.executable)
+    env['PYTHONPATH'] = os.pathsep.join([ROOT, PACED_ENV['PYTHONPATH'],
+                                         env.get('PYTHONPATH', '')])
+    yield env
+    subprocess.run(['scancel', '--full', '--user', 'root'], env=env, timeout=60)
+    subprocess.run(['bash', LOCAL_SLURM, 'stop'], env=env, timeout=120)
+
+
+def _slurm(env, *args, timeout=60) -> str:
+    proc = subprocess.run(args, env=env, cwd=ROOT, capture_output=True, text=True,
+                          timeout=timeout)
+    assert proc.returncode == 0, f'{" ".join(args)}: {proc.stdout}{proc.stderr}'
+    return proc.stdout.strip()
+
+
+def _sbatch(env, log, *args) -> str:
+    """Submit from the repository root, as the docs say; the log is appended to by every
+    run of the job (a requeued job starts its script again)."""
+    return _slurm(env, 'sbatch', '--parsable', '--output', str(log), '--open-mode=append',
+                  *args).split(';')[0]
+
+
+def _job(env, job) -> dict:
+    """JobState, Restarts, ExitCode... of a job, as ``scontrol show job`` tells them."""
+    text = _slurm(env, 'scontrol', 'show', 'job', '--oneliner', job)
+    return dict(field.split('=', 1) for field in text.split() if '=' in field)
+
+
+def _wait_job(env, job, states, log, timeout=900) -> dict:
+    deadline = time.time() + timeout
+    while True:
+        info = _job(env, job)
+        if info['JobState'] in states:
+            return info
+        assert time.time() < deadline, \
+            f'job {job} still {info["JobState"]}, not {states}:\n{_tail(log)}'
+        time.sleep(0.2)
+
+
+def _wait_checkpoint(env, job, work, name, log, timeout=900) -> None:
+    deadline = time.time() + timeout
+    while not pointer_is(work, name)():
+        state = _job(env, job)['JobState']
+        assert state in ('PENDING', 'RUNNING'), f'job {job} {state} before {name}:\n{_tail(log)}'
+        assert time.time() < deadline, f'timed out waiting for {name}:\n{_tail(log)}'
+        time.sleep(0.05)
+
+
+def _wait_requeued(env, job, log) -> None:
+    """Wait until the job is back in the queue after its requeue, once."""
+    info = _wait_job(env, job, ('PENDING', ), log)
+    assert info['Restarts'] == '1', info
+
+
+def _tail(path, size=4000) -> str:
+    try:
+        return open(path).read()[-size:]
+    except OSError:
+        return '(no log)'
+
+
+@pytest.fixture(scope='module')
+def sbatch_reference(slurm, cluster_data, tmp_path_factory):
+    """(root, config, final checkpoint) of an uninterrupted two-task job of
+    tools/slurm_sbatch.sh on the narrow Mask R-CNN (2 epochs of 3 iterations)."""
+    root = tmp_path_factory.mktemp('slurm')
+    config = exact_config(root, 'det', cluster_data)
+    work, log = root / 'uninterrupted', root / 'uninterrupted.log'
+    job = _sbatch(slurm, log, '--ntasks=2', SBATCH_SCRIPT, config, str(work))
+    info = _wait_job(slurm, job, ('COMPLETED', 'FAILED', 'CANCELLED'), log)
+    assert info['JobState'] == 'COMPLETED', _tail(log)
+    yield root, config, work / 'iter_6.pth'
+    drop_checkpoints(work)
+
+
+def test_the_time_limit_signal_checkpoints_requeues_and_the_job_resumes_identically(
+        slurm, sbatch_reference):
+    """``--signal=USR1@N`` before the time limit (sent here with ``scancel --signal=USR1``,
+    which reaches every process of the job's steps, data workers included) -> one checkpoint
+    of the next iteration -> exit 75 -> the script requeues the job -> it resumes."""
+    root, config, reference = sbatch_reference
+    work, log = root / 'time_limit', root / 'time_limit.log'
+    job = _sbatch(slurm, log, '--ntasks=2', '--requeue', '--signal=USR1@60', SBATCH_SCRIPT,
+                  config, str(work))
+    _wait_checkpoint(slurm, job, work, 'iter_4.pth', log)
+    _slurm(slurm, 'scancel', '--signal=USR1', job)
+    _wait_requeued(slurm, job, log)
+    info = _wait_job(slurm, job, ('COMPLETED', 'FAILED'), log)
+    text = _tail(log, 10 ** 6)
+    assert info['JobState'] == 'COMPLETED', text[-4000:]
+    first, requeued = text.split('slurm_sbatch: the tasks checkpointed and stopped; '
+                                 f'requeueing job {job}', 1)
+    assert 'SIGUSR1: stopping after iteration 5 on every process' in first
+    assert f'slurm requeue 1, after a preemption, a time limit or a failure: resuming from ' \
+           f'{work}/iter_5.pth (iteration 5, epoch 1)' in requeued
+    assert 'Resuming epoch 2 at batch 3/3' in requeued
+    assert 'Epoch(train) [1]' not in requeued
+    assert_same_weights(reference, work / 'iter_6.pth')
+    drop_checkpoints(work)
+
+
+def test_a_preempted_job_checkpoints_in_its_grace_time_and_resumes_identically(
+        slurm, sbatch_reference):
+    """A job of the `urgent` partition (higher priority tier) needs a CPU the training job
+    holds: slurm preempts it with PreemptMode=REQUEUE, sending SIGTERM to its tasks at the
+    start of the grace time. The tasks checkpoint and stop, the job is requeued, the urgent
+    job runs, then the training job resumes."""
+    root, config, reference = sbatch_reference
+    work, log = root / 'preempted', root / 'preempted.log'
+    job = _sbatch(slurm, log, '-p', 'batch', '--ntasks=2', '--requeue', SBATCH_SCRIPT, config,
+                  str(work))
+    # The scheduler preempts within a few seconds of the urgent job's submission: ask early
+    # enough that the stop lands before the last iteration.
+    _wait_checkpoint(slurm, job, work, 'iter_2.pth', log)
+    urgent = _sbatch(slurm, root / 'urgent.log', '-p', 'urgent', '--ntasks=1', '--wrap',
+                     'sleep 1')
+    _wait_job(slurm, urgent, ('COMPLETED', ), root / 'urgent.log')
+    _wait_requeued(slurm, job, log)
+    info = _wait_job(slurm, job, ('COMPLETED', 'FAILED'), log)
+    text = _tail(log, 10 ** 6)
+    assert info['JobState'] == 'COMPLETED', text[-4000:]
+    stopped = re.search(r'SIGTERM: stopping after iteration (\d) on every process', text)
+    assert stopped and int(stopped.group(1)) < 6, text[-4000:]
+    stop = int(stopped.group(1))
+    _, requeued = text.split('slurm requeue 1,', 1)
+    assert f'resuming from {work}/iter_{stop}.pth (iteration {stop}, ' in requeued
+    assert 'Epoch(train) [1]' not in requeued
+    assert_same_weights(reference, work / 'iter_6.pth')
+    drop_checkpoints(work)
+
+
+def test_torchrun_in_a_job_requeued_by_the_scheduler_resumes_instead_of_starting_over(
+        slurm, cluster_data, tmp_path):
+    """``srun bash tools/dist_train.sh`` in a ``--requeue`` job; the scheduler requeues it
+    (``scontrol requeue``) after the iteration-4 checkpoint. torchrun of the requeued job
+    counts its own restarts from 0: the job's requeue must still be seen."""
+    config = exact_config(tmp_path, 'det', cluster_data)
+    command = f'srun bash tools/dist_train.sh {config} 2 --work-dir {{work}}'
+    env = dict(slurm, PORT=str(free_port()))
+    reference = tmp_path / 'uninterrupted'
+    job = _sbatch(env, tmp_path / 'uninterrupted.log', '--ntasks=1', '--cpus-per-task=2',
+                  '--wrap', command.format(work=reference))
+    info = _wait_job(env, job, ('COMPLETED', 'FAILED'), tmp_path / 'uninterrupted.log')
+    assert info['JobState'] == 'COMPLETED', _tail(tmp_path / 'uninterrupted.log')
+
+    work, log = tmp_path / 'requeued', tmp_path / 'requeued.log'
+    env['PORT'] = str(free_port())
+    job = _sbatch(env, log, '--ntasks=1', '--cpus-per-task=2', '--requeue', '--wrap',
+                  command.format(work=work))
+    _wait_checkpoint(env, job, work, 'iter_4.pth', log)
+    _slurm(env, 'scontrol', 'requeue', job)
+    _wait_requeued(env, job, log)
+    info = _wait_job(env, job, ('COMPLETED', 'FAILED'), log)
+    text = _tail(log, 10 ** 6)
+    assert info['JobState'] == 'COMPLETED', text[-4000:]
+    _, requeued = text.split('slurm requeue 1, after a preemption, a time limit or a failure: '
+                             'resuming from', 1)
+    assert 'Epoch(train) [1]' not in requeued  # not started over
+    assert 'Epoch(train) [2][3/3]' in requeued
+    assert_same_weights(reference / 'iter_6.pth', work / 'iter_6.pth')
+    drop_checkpoints(work)
+    drop_checkpoints(reference)
+
+
+def test_slurm_train_sh_runs_its_tasks_as_one_job(slurm, tiny_data, tmp_path):
+    """tools/slurm_train.sh as MMDetection's: ``srun`` with GPUS tasks, GPUS_PER_NODE per
+    node and ``--gres=gpu:N`` (the test cluster's gpus are stand-ins: slurm schedules them,
+    the tasks train on the CPU); the tasks find their ranks and the master in slurm's
+    environment."""
+    config = narrow_config(det_user_config(str(tmp_path / 'user.py'), 'mask_rcnn_cvt13_coco.py',
+                                           osp.join(tiny_data, 'coco'), str(tmp_path / 'work'),
+                                           max_epochs=3), 'det')
+    env = dict(slurm, GPUS='2', GPUS_PER_NODE='2', CPUS_PER_TASK='1')
+    proc = subprocess.run(['bash', osp.join(TOOLS, 'slurm_train.sh'), 'batch', 'cvt_mm_test',
+                           config, str(tmp_path / 'work')], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert 'GPU number: 2' in proc.stdout  # MMEngine's world size
+    assert proc.stdout.count('Saving checkpoint at 3 epochs') == 1
+    work = tmp_path / 'work'
+    assert sorted(p.name for p in work.glob('*.pth')) == ['epoch_3.pth']
+    assert read_checkpoint(str(work / 'epoch_3.pth'))['resume_state']['world_size'] == 2
