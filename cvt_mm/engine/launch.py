@@ -223,10 +223,11 @@ def prepare_distributed(cfg, launcher: str) -> None:
     """Make ``--launcher`` work before the runner is built.
 
     ``slurm``: the torch.distributed environment is set from slurm's (:func:`slurm_environment`,
-    no ``scontrol`` needed). ``pytorch`` (torchrun): the process group is started here, so that
-    a restarted attempt cannot hang on the failed one's keys (:func:`init_process_group`);
-    MMEngine then skips its own init. Without CUDA (``pytorch`` or ``slurm``): the process
-    group uses gloo and the model is wrapped in
+    no ``scontrol`` needed). ``pytorch`` (torchrun) and ``slurm``: the process group is started
+    here, so that a restarted attempt cannot hang on the failed one's keys
+    (:func:`init_process_group`) and rank 0 can share its choice of checkpoint
+    (:func:`choose_resume`); MMEngine then skips its own init. Without CUDA (``pytorch`` or
+    ``slurm``): the process group uses gloo and the model is wrapped in
     :class:`~cvt_mm.engine.distributed.CPUDistributedDataParallel`.
     """
     if launcher == 'slurm':
@@ -237,7 +238,7 @@ def prepare_distributed(cfg, launcher: str) -> None:
     timeout = dist_cfg.get('timeout')
     timeout = timedelta(seconds=timeout) if isinstance(timeout, (int, float)) else timeout
     if torch.cuda.is_available():
-        if launcher == 'pytorch' and not torch_dist.is_initialized():
+        if launcher in ('pytorch', 'slurm') and not torch_dist.is_initialized():
             torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
             init_process_group(dist_cfg.get('backend', 'nccl'), timeout)
         return
@@ -346,11 +347,11 @@ def choose_resume(cfg, resume) -> None:
     When resuming, a config without a fixed seed takes the checkpoint's, so the data order
     and the per-sample augmentation seeds continue as before.
 
-    When the process group is up (``tools/train.py`` starts it before this for torchrun, and
-    for slurm without CUDA), rank 0 alone chooses and every rank takes its choice, or its
-    error: ranks looking on their own could see different files (a save landing in between)
-    and resume from different iterations. Otherwise (slurm with CUDA, where MMEngine starts
-    the group later) each rank chooses for itself.
+    When the process group is up (``tools/train.py`` starts it before this, for torchrun and
+    slurm: :func:`prepare_distributed`), rank 0 alone chooses and every rank takes its choice,
+    or its error: ranks looking on their own could see different files (a save landing in
+    between) and resume from different iterations. Without a process group (a Runner built
+    by other code) each rank chooses for itself.
 
     Args:
         cfg (Config): the run's config.
