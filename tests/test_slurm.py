@@ -87,10 +87,15 @@ def _wait_checkpoint(env, job, work, name, log, timeout=900) -> None:
         time.sleep(0.05)
 
 
-def _wait_requeued(env, job, log) -> None:
-    """Wait until the job is back in the queue after its requeue, once."""
+def _requeued_run(env, job, log) -> str:
+    """Wait until the job is back in the queue after its requeue (once), then until it has
+    run again and completed; its whole log."""
     info = _wait_job(env, job, ('PENDING', ), log)
     assert info['Restarts'] == '1', info
+    info = _wait_job(env, job, ('COMPLETED', 'FAILED'), log)
+    text = _tail(log, 10 ** 6)
+    assert info['JobState'] == 'COMPLETED', text[-4000:]
+    return text
 
 
 def _tail(path, size=4000) -> str:
@@ -125,10 +130,7 @@ def test_the_time_limit_signal_checkpoints_requeues_and_the_job_resumes_identica
                   config, str(work))
     _wait_checkpoint(slurm, job, work, 'iter_4.pth', log)
     _slurm(slurm, 'scancel', '--signal=USR1', job)
-    _wait_requeued(slurm, job, log)
-    info = _wait_job(slurm, job, ('COMPLETED', 'FAILED'), log)
-    text = _tail(log, 10 ** 6)
-    assert info['JobState'] == 'COMPLETED', text[-4000:]
+    text = _requeued_run(slurm, job, log)
     first, requeued = text.split('slurm_sbatch: the tasks checkpointed and stopped; '
                                  f'requeueing job {job}', 1)
     assert 'SIGUSR1: stopping after iteration 5 on every process' in first
@@ -156,10 +158,7 @@ def test_a_preempted_job_checkpoints_in_its_grace_time_and_resumes_identically(
     urgent = _sbatch(slurm, root / 'urgent.log', '-p', 'urgent', '--ntasks=1', '--wrap',
                      'sleep 1')
     _wait_job(slurm, urgent, ('COMPLETED', ), root / 'urgent.log')
-    _wait_requeued(slurm, job, log)
-    info = _wait_job(slurm, job, ('COMPLETED', 'FAILED'), log)
-    text = _tail(log, 10 ** 6)
-    assert info['JobState'] == 'COMPLETED', text[-4000:]
+    text = _requeued_run(slurm, job, log)
     stopped = re.search(r'SIGTERM: stopping after iteration (\d) on every process', text)
     assert stopped and int(stopped.group(1)) < 6, text[-4000:]
     stop = int(stopped.group(1))
@@ -190,10 +189,7 @@ def test_torchrun_in_a_job_requeued_by_the_scheduler_resumes_instead_of_starting
                   command.format(work=work))
     _wait_checkpoint(env, job, work, 'iter_4.pth', log)
     _slurm(env, 'scontrol', 'requeue', job)
-    _wait_requeued(env, job, log)
-    info = _wait_job(env, job, ('COMPLETED', 'FAILED'), log)
-    text = _tail(log, 10 ** 6)
-    assert info['JobState'] == 'COMPLETED', text[-4000:]
+    text = _requeued_run(env, job, log)
     _, requeued = text.split('slurm requeue 1, after a preemption, a time limit or a failure: '
                              'resuming from', 1)
     assert 'Epoch(train) [1]' not in requeued  # not started over

@@ -145,6 +145,20 @@ def _node_env(node: int, port: int, **extra) -> dict:
     return env
 
 
+def _train_on_both(nodes, root, name: str, cfg: str, work, **env):
+    """Start ``tools/dist_train.sh`` on both nodes (one process each) into ``work``:
+    (shells, per-node log paths ``root/<name>_node<n>.log``)."""
+    port = free_port()
+    logs = [root / f'{name}_node{n}.log' for n in range(2)]
+    shells = []
+    for node in range(2):
+        with open(logs[node], 'w') as log:
+            shells.append(nodes.start(
+                node, ['tools/dist_train.sh', cfg, '1', '--work-dir', str(work)], log,
+                _node_env(node, port, **env)))
+    return shells, logs
+
+
 def _wait_all(shells, logs) -> list:
     """Exit codes of all node processes, failing (and showing the logs) on one that is still
     running after RUN_TIMEOUT: a hang."""
@@ -178,14 +192,8 @@ def together(nodes, config):
     a c10d rendezvous): (work dir, node logs)."""
     root, cfg = config
     work = root / 'together'
-    port = free_port()
-    logs = [root / f'together_node{n}.log' for n in range(2)]
-    shells = []
-    for node in range(2):
-        with open(logs[node], 'w') as log:
-            shells.append(nodes.start(
-                node, ['tools/dist_train.sh', cfg, '1', '--work-dir', str(work)], log,
-                _node_env(node, port, MAX_RESTARTS='1', RDZV_ID=f'together{os.getpid()}')))
+    shells, logs = _train_on_both(nodes, root, 'together', cfg, work, MAX_RESTARTS='1',
+                                  RDZV_ID=f'together{os.getpid()}')
     codes = _wait_all(shells, logs)
     assert codes == [0, 0], ''.join(log.read_text()[-3000:] for log in logs)
     yield work, [log.read_text() for log in logs]
@@ -216,15 +224,8 @@ def test_two_nodes_with_their_own_addresses_train_together(nodes, config):
     checkpoints in the shared work dir, the gradients crossed the veth pair."""
     root, cfg = config
     work = root / 'static'
-    port = free_port()
     before = _received_bytes(nodes.names[1])
-    logs = [root / f'static_node{n}.log' for n in range(2)]
-    shells = []
-    for node in range(2):
-        with open(logs[node], 'w') as log:
-            shells.append(nodes.start(
-                node, ['tools/dist_train.sh', cfg, '1', '--work-dir', str(work)], log,
-                _node_env(node, port)))
+    shells, logs = _train_on_both(nodes, root, 'static', cfg, work)
     codes = _wait_all(shells, logs)
     texts = [log.read_text() for log in logs]
     assert codes == [0, 0], ''.join(t[-3000:] for t in texts)
@@ -246,14 +247,8 @@ def test_a_rank_killed_on_node_1_restarts_both_nodes_and_both_resume(nodes, conf
     reference_work, _ = together
     root, cfg = config
     work = root / 'killed'
-    port = free_port()
-    logs = [root / f'killed_node{n}.log' for n in range(2)]
-    shells = []
-    for node in range(2):
-        with open(logs[node], 'w') as log:
-            shells.append(nodes.start(
-                node, ['tools/dist_train.sh', cfg, '1', '--work-dir', str(work)], log,
-                _node_env(node, port, MAX_RESTARTS='1', RDZV_ID=f'killed{os.getpid()}')))
+    shells, logs = _train_on_both(nodes, root, 'killed', cfg, work, MAX_RESTARTS='1',
+                                  RDZV_ID=f'killed{os.getpid()}')
     agents = [launcher_pid(shell, 'torch.distributed.run') for shell in shells]
     # The store host is said from NODE_RANK, and node 1 names its own address.
     lines = []
