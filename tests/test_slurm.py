@@ -40,6 +40,10 @@ def slurm():
     assert proc.returncode == 0, proc.stdout + proc.stderr
     conf = proc.stdout.strip().rsplit('export SLURM_CONF=', 1)[1]
     env = dict(os.environ, SLURM_CONF=conf, OMP_NUM_THREADS='1', PYTHON=sys.executable)
+    # The jobs below ask for all of the machine's CPUs; a node configured with fewer leaves
+    # them pending for ever (as it did when the script counted CPUs with OMP_NUM_THREADS=1).
+    node = _slurm(env, 'scontrol', 'show', 'node', '--oneliner')
+    assert f'CPUTot={os.cpu_count()} ' in node, node
     env['PYTHONPATH'] = os.pathsep.join([ROOT, PACED_ENV['PYTHONPATH'],
                                          env.get('PYTHONPATH', '')])
     yield env
@@ -73,9 +77,18 @@ def _wait_job(env, job, states, log, timeout=900) -> dict:
         info = _job(env, job)
         if info['JobState'] in states:
             return info
-        assert time.time() < deadline, \
-            f'job {job} still {info["JobState"]}, not {states}:\n{_tail(log)}'
+        assert time.time() < deadline, (
+            f'job {job} still {info["JobState"]} (reason: {info.get("Reason")}), not '
+            f'{states}:\n{_tail(log)}\n{_cluster_state(env)}')
         time.sleep(0.2)
+
+
+def _cluster_state(env) -> str:
+    """What the scheduler says about the node and the queue, for failure messages."""
+    return '\n'.join(
+        subprocess.run(args, env=env, capture_output=True, text=True, timeout=60).stdout
+        for args in (['sinfo', '-N', '-l'], ['squeue', '-l'],
+                     ['scontrol', 'show', 'node', '--oneliner']))
 
 
 def _wait_checkpoint(env, job, work, name, log, timeout=900) -> None:
@@ -90,8 +103,9 @@ def _wait_checkpoint(env, job, work, name, log, timeout=900) -> None:
 def _requeued_run(env, job, log) -> str:
     """Wait until the job is back in the queue after its requeue (once), then until it has
     run again and completed; its whole log."""
-    info = _wait_job(env, job, ('PENDING', ), log)
-    assert info['Restarts'] == '1', info
+    info = _wait_job(env, job, ('PENDING', 'COMPLETED', 'FAILED', 'CANCELLED'), log)
+    assert info['JobState'] == 'PENDING' and info['Restarts'] == '1', \
+        f'{info}\n{_tail(log)}'
     info = _wait_job(env, job, ('COMPLETED', 'FAILED'), log)
     text = _tail(log, 10 ** 6)
     assert info['JobState'] == 'COMPLETED', text[-4000:]

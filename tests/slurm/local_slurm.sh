@@ -52,9 +52,14 @@ start_munge() {
 }
 
 write_conf() {
-    local host cpus
+    local host cpus hardware
     host=$(hostname -s)
-    cpus=$(nproc)
+    # The node as slurmd sees the hardware (CPUs, sockets, cores, threads), not `nproc`: that
+    # obeys OMP_NUM_THREADS, which the test workers set to their share of the CPUs, and a node
+    # configured with fewer CPUs than its jobs ask for leaves them pending for ever.
+    hardware=$(slurmd -C | head -n 1 | grep -oE '(CPUs|Boards|SocketsPerBoard|CoresPerSocket|ThreadsPerCore)=[0-9]+' | tr '\n' ' ')
+    cpus=$(grep -oE 'CPUs=[0-9]+' <<< "$hardware" | cut -d= -f2)
+    [[ -n $cpus ]] || { say "slurmd -C did not report the node's CPUs"; exit 1; }
     mkdir -p "$DIR/state" "$DIR/spool" "$DIR/log"
     # No cgroup.conf: 22.05 has no CgroupPlugin=disabled, and linuxproc + task/none need none.
     # One "gpu" generic resource per CPU: tools/slurm_train.sh asks for --gres=gpu:N as
@@ -96,7 +101,7 @@ MinJobAge=300
 InactiveLimit=0
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
-NodeName=$host CPUs=$cpus Gres=gpu:$cpus State=UNKNOWN
+NodeName=$host ${hardware}Gres=gpu:$cpus State=UNKNOWN
 PartitionName=batch Nodes=$host Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE OverSubscribe=NO
 PartitionName=urgent Nodes=$host MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
 EOF
@@ -110,14 +115,14 @@ running() {  # running NAME: the daemon of that pid file is alive
 start() {
     install
     start_munge
-    if ! running slurmctld || ! running slurmd; then
-        stop_daemons
-        write_conf
-        # -c: a clean start (no jobs or node states of an earlier cluster in $DIR). The
-        # daemons find gres.conf beside the slurm.conf that SLURM_CONF names.
-        SLURM_CONF=$CONF slurmctld -c
-        SLURM_CONF=$CONF slurmd
-    fi
+    # Always a fresh cluster: daemons left by an earlier run (a killed test session) would
+    # carry its configuration and jobs.
+    stop_daemons
+    write_conf
+    # -c: a clean start (no jobs or node states of an earlier cluster in $DIR). The
+    # daemons find gres.conf beside the slurm.conf that SLURM_CONF names.
+    SLURM_CONF=$CONF slurmctld -c
+    SLURM_CONF=$CONF slurmd
     local host
     host=$(hostname -s)
     for _ in $(seq 150); do
