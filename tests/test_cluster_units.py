@@ -420,6 +420,7 @@ SIDE_GROUP = textwrap.dedent('''
     import torch.distributed as dist
     import cvt_mm  # noqa
     from cvt_mm.engine.hooks import FiniteLossHook
+    from cvt_mm.engine.launch import finish_distributed
     from cvt_mm.engine.preemption import PreemptionHook
 
     dist.init_process_group('gloo')
@@ -456,7 +457,7 @@ SIDE_GROUP = textwrap.dedent('''
         stop.requested = 'SIGTERM'
     agreed = stop._agree()
     print(json.dumps(dict(calls, agreed=agreed)), flush=True)
-    dist.destroy_process_group()
+    finish_distributed()  # as tools/train.py ends
 ''')
 
 
@@ -534,9 +535,11 @@ class SignalAt(Hook):
             os.kill(os.getpid(), signal.SIGUSR1)
 
 
-def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, resume=None):
+def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, resume=None,
+                signals=('SIGUSR1', )):
     """An iteration-based run of ``tools/train.py``'s pieces: the resumable loop, exact
-    resume, the stop on SIGUSR1; one optimizer step every ``accumulative_counts`` iterations."""
+    resume, the stop on ``signals``; one optimizer step every ``accumulative_counts``
+    iterations."""
     from mmengine.runner import Runner
     torch.manual_seed(0)  # the initial weights
     runner = Runner(
@@ -549,7 +552,7 @@ def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, re
         default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False,
                                            interval=100)),
         custom_hooks=[dict(type='ExactResumeHook'),
-                      dict(type='PreemptionHook', signals=('SIGUSR1', ))],
+                      dict(type='PreemptionHook', signals=signals)],
         randomness=dict(seed=0), resume=resume is not None, load_from=resume,
         default_scope='mmengine')
     for hook in hooks:
@@ -579,6 +582,35 @@ def test_a_stop_inside_gradient_accumulation_waits_for_the_optimizer_step(tmp_pa
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+LATE_SIGTERM = textwrap.dedent('''
+    import os, signal, sys, time
+    sys.path[:0] = sys.argv[2:]
+    from test_cluster_units import SignalAt, _toy_runner
+    from cvt_mm.engine.preemption import TrainingPreempted
+
+    runner = _toy_runner(sys.argv[1], 'late', [SignalAt(3)], signals=('SIGTERM', 'SIGUSR1'))
+    try:
+        runner.train()
+    except TrainingPreempted:
+        # What the ranks still running get when the first one has exited with 75 (srun
+        # --kill-on-bad-exit, torchrun): it lands while this one is on its way out.
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(0.5)
+        raise
+''')
+
+
+def test_a_launchers_sigterm_after_the_checkpoint_keeps_the_preempted_exit_code(tmp_path):
+    """A rank killed by the launcher's SIGTERM after the checkpoint would report a death by
+    signal, and tools/slurm_sbatch.sh requeues only on the preempted exit code."""
+    from cvt_mm.engine.preemption import PREEMPTED_EXIT_CODE
+    proc = subprocess.run([sys.executable, '-c', LATE_SIGTERM, str(tmp_path),
+                           os.path.dirname(__file__), ROOT], capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == PREEMPTED_EXIT_CODE, proc.stderr[-3000:]
+    assert (tmp_path / 'iter_4.pth').exists()
+
+
 # ----------------------------------------------------------------------------- the resume choice
 CHOOSE = textwrap.dedent('''
     import os, sys, time
@@ -587,7 +619,7 @@ CHOOSE = textwrap.dedent('''
     from mmengine.config import Config
     import cvt_mm  # noqa
     from cvt_mm.engine import resume
-    from cvt_mm.engine.launch import choose_resume
+    from cvt_mm.engine.launch import choose_resume, finish_distributed
 
     work, rank = sys.argv[1], int(os.environ['RANK'])
     looked = os.path.join(work, 'rank_0_looked')
@@ -609,7 +641,7 @@ CHOOSE = textwrap.dedent('''
     cfg = Config(dict(work_dir=work))
     choose_resume(cfg, 'auto')
     print(cfg.load_from, cfg.randomness.seed, flush=True)
-    dist.destroy_process_group()
+    finish_distributed()  # as tools/train.py ends
 ''')
 
 

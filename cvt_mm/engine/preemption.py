@@ -277,7 +277,13 @@ class PreemptionHook(Hook):
             if not _timed(lambda: torch_dist.barrier(group=group), self.save_timeout):
                 self._give_up(runner, 'rank 0 did not finish the checkpoint')
             torch_dist.destroy_process_group()
-        self.after_run(runner)
+        # Every rank's part is saved and each exits with PREEMPTED_EXIT_CODE. Launchers end
+        # the other tasks when the first one exits (srun --kill-on-bad-exit, torchrun): their
+        # SIGTERM must not turn that exit code into a death by signal, which a batch script
+        # reads as a failure and does not requeue.
+        for signum in self._previous:
+            signal.signal(signum, signal.SIG_IGN)
+        self._previous.clear()
         raise TrainingPreempted(path, signal_name)
 
 
