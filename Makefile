@@ -26,6 +26,7 @@ test-fast: env
 # ruff (lint and import order), configured in pyproject.toml; installed by setup_env.sh.
 lint: env
 	$(PY) -m ruff check .
+	$(PY) .dev_scripts/check_redefinitions.py
 
 # On a CUDA machine after `make test`: one table of CUDA checks (tools/analysis_tools/gpu_check.py);
 # without CUDA, a small rehearsal of the same checks on the CPU. With WHEELHOUSE=DIR (an offline

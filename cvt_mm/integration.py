@@ -77,12 +77,6 @@ def keep_mmpretrain_importable() -> bool:
     return True
 
 
-def _subclasses(cls):
-    for sub in cls.__subclasses__():
-        yield sub
-        yield from _subclasses(sub)
-
-
 _MARK = '_cvt_mm_scoped'
 
 
@@ -138,33 +132,14 @@ def _numpy_globals() -> list:
     return objs
 
 
-
-
-_DEFAULT_STATISTICS = ('min', 'max', 'current', 'mean')
-
-
-def _history_buffer_state(self) -> dict:
-    """``HistoryBuffer.__getstate__`` without MMEngine's default statistics methods.
-
-    MMEngine pickles its four default methods into every buffer, as
-    ``getattr(HistoryBuffer, 'min')`` and so on. Safe loading must refuse the ``getattr``
-    global, because it reaches any attribute of any allowed class. ``__setstate__``
-    re-registers the defaults anyway, so only custom methods need pickling.
-    """
-    state = {k: v for k, v in self.__dict__.items() if k != 'statistics_methods'}
-    custom = {k: v for k, v in self._statistics_methods.items() if k not in _DEFAULT_STATISTICS}
-    if custom:
-        state['statistics_methods'] = custom
-    return state
-
-
 _DEFAULT_STATISTICS = ('min', 'max', 'current', 'mean')
 
 
 def _history_buffer_state(self) -> dict:
     """``HistoryBuffer.__getstate__`` without MMEngine's default statistics methods, which
-    pickle as ``getattr(HistoryBuffer, 'min')`` and so on; ``__setstate__`` re-registers the
-    defaults anyway, so only custom methods need pickling."""
+    pickle as ``getattr(HistoryBuffer, 'min')`` and so on: safe loading must refuse the
+    ``getattr`` global (it reaches any attribute of any allowed class), and ``__setstate__``
+    re-registers the defaults anyway, so only custom methods need pickling."""
     state = {k: v for k, v in self.__dict__.items() if k != 'statistics_methods'}
     custom = {k: v for k, v in self._statistics_methods.items() if k not in _DEFAULT_STATISTICS}
     if custom:
