@@ -463,8 +463,6 @@ def build_parser() -> argparse.ArgumentParser:
                        help='with THP_MEM_ALLOC_ENABLE=1: huge pages for large CPU tensors '
                        '(slower and larger at 224 in docs/benchmarks.md; tools/train.py does '
                        'not set it)')
-        # The default since huge pages were measured slower; kept for old command lines.
-        p.add_argument('--no-thp', action='store_true', help=argparse.SUPPRESS)
         p.add_argument('--json', help='also write the results to this file')
         p.add_argument('--case', help=argparse.SUPPRESS)  # internal: run one case
     return parser

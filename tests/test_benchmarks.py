@@ -187,29 +187,14 @@ def test_get_flops_counts_whole_models_of_each_kind(config, capsys):
 
 
 @pytest.mark.slow
-def test_classification_steps_under_the_former_tool_name(tmp_path):
-    """``cls-step`` times a classifier's train_step under the former tool's name and
-    flags."""
-    proc = run_tool('tools/analysis_tools/benchmark_cls_iter.py',
+def test_classification_steps_are_timed(tmp_path):
+    """``cls-step`` times a classifier's train_step."""
+    proc = run_tool('tools/analysis_tools/benchmark.py', 'cls-step',
                     'configs/imagenet_cvt13_300e_in1k.py', '--batch-size', '2', '--size', '64',
                     '--warmup', '0', '--iters', '1')
     line = re.search(r'imagenet_cvt13_300e_in1k.py: batch 2 x 64x64: ([\d.]+) s/iter .*'
                      r'last loss ([\d.]+); peak ([\d.]+) GiB', proc.stdout)
     assert line and float(line.group(1)) > 0 and float(line.group(3)) > 0, proc.stdout
-
-
-
-@pytest.mark.parametrize('name,command', [('benchmark_backbone', 'backbone'),
-                                          ('benchmark_train_iter', 'train-iter')])
-def test_the_former_tool_names_are_the_same_command(name, command, monkeypatch, capsys):
-    """Run as scripts (``__main__``), as users ran them."""
-    import runpy
-    path = os.path.join(TOOLS, 'analysis_tools', f'{name}.py')
-    monkeypatch.setattr(sys, 'argv', [path, '--help'])
-    with pytest.raises(SystemExit) as exit_:
-        runpy.run_path(path, run_name='__main__')
-    assert exit_.value.code == 0
-    assert f'benchmark.py {command}' in capsys.readouterr().out
 
 
 def test_get_flops_rejects_a_bad_shape():
@@ -228,4 +213,3 @@ def test_cases_run_as_train_py_runs_unless_huge_pages_are_asked_for(monkeypatch)
     for command in (['backbone', '--model', "dict(type='CvT', arch='13')"], ['train-iter']):
         assert build_parser().parse_args([*command, '--thp']).thp
         assert not build_parser().parse_args(command).thp
-        build_parser().parse_args([*command, '--no-thp'])  # old command lines still parse

@@ -328,13 +328,13 @@ def test_training_configs_get_resumable_loops_and_the_cluster_hooks():
     seg = Config.fromfile(os.path.join(ROOT, 'configs', 'upernet_cvt13_ade20k.py'))
     prepare_training(seg)
     assert seg.train_cfg.type == 'ResumableIterBasedTrainLoop'
-    # MMPretrain's short form, and a config that lists a hook under its former name.
+    # MMPretrain's short form, and a config that lists one of the hooks itself.
     short = Config(dict(train_cfg=dict(by_epoch=True, max_epochs=3),
-                        custom_hooks=[dict(type='RandomStateHook')]))
+                        custom_hooks=[dict(type='ExactResumeHook')]))
     prepare_training(short)
     assert short.train_cfg == dict(type='ResumableEpochBasedTrainLoop', max_epochs=3)
     assert [h['type'] for h in short.custom_hooks] == [
-        'RandomStateHook', 'FiniteLossHook', 'PreemptionHook', 'HeartbeatHook']
+        'ExactResumeHook', 'FiniteLossHook', 'PreemptionHook', 'HeartbeatHook']
 
 
 def test_unknown_signal_names_are_refused():

@@ -29,12 +29,12 @@ from .preemption import (
     PreemptionHook,
     TrainingPreempted,
 )
-from .random_state import ExactResumeHook, RandomStateHook
+from .random_state import ExactResumeHook
 from .resume import find_resumable_checkpoint, restart_count
 
 __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'AtomicLocalBackend',
            'write_atomically', 'FiniteLossHook', 'ClassesCheckHook', 'ExactResumeHook',
-           'RandomStateHook', 'PreemptionHook', 'HeartbeatHook', 'TrainingPreempted',
+           'PreemptionHook', 'HeartbeatHook', 'TrainingPreempted',
            'PREEMPTED_EXIT_CODE',
            'STOPPED_EXIT_CODE', 'find_resumable_checkpoint', 'restart_count',
            'ResumableBatchSampler', 'SampleIndex', 'SeededSampleDataset', 'guard_data_worker',

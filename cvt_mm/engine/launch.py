@@ -288,8 +288,6 @@ def prepare_training(cfg) -> None:
         loop['type'] = loop_type
     hooks = list(cfg.get('custom_hooks') or [])
     present = {hook.get('type') for hook in hooks}
-    if 'RandomStateHook' in present:  # the former name of ExactResumeHook
-        present.add('ExactResumeHook')
     hooks += [dict(type=name) for name in TRAINING_HOOKS if name not in present]
     cfg.custom_hooks = hooks
     for name in ('val_dataloader', 'test_dataloader'):

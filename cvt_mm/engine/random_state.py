@@ -28,8 +28,7 @@ from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 from mmengine.runner.loops import IterBasedTrainLoop
 
-__all__ = ['capture_random_states', 'restore_random_states', 'ExactResumeHook',
-           'RandomStateHook']
+__all__ = ['capture_random_states', 'restore_random_states', 'ExactResumeHook']
 
 # Where in the resumed run the saved states apply (see ExactResumeHook._restore_point).
 _BEFORE_EPOCH, _BEFORE_BATCH, _END_OF_EPOCH = 'before_train_epoch', 'before_train_iter', \
@@ -139,10 +138,7 @@ class ExactResumeHook(Hook):
 
     # --------------------------------------------------------------------------- loading
     def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        state = checkpoint.get('resume_state')
-        if state is None and 'random_states' in checkpoint:  # written by RandomStateHook < 0.2
-            state = dict(world_size=1, random_states=[checkpoint['random_states']])
-        self._loaded = state
+        self._loaded = checkpoint.get('resume_state')
 
     def before_train(self, runner) -> None:
         # Applied here, when the runner has set the resumed iteration: a checkpoint loaded
@@ -215,8 +211,3 @@ class ExactResumeHook(Hook):
         if self._around_val is not None:
             restore_random_states(self._around_val)
             self._around_val = None
-
-
-@HOOKS.register_module()
-class RandomStateHook(ExactResumeHook):
-    """The former name of :class:`ExactResumeHook`, kept for configs that list it."""
