@@ -3,8 +3,9 @@
 PyTorch's ``torch.utils.flop_counter.FlopCounterMode`` counts matrix products and
 convolutions as they execute (so it follows whatever a forward actually computes, at any input
 size, forward and backward), but it has no formula for the fused CPU attention kernel that
-``scaled_dot_product_attention`` runs on this machine: without one, attention (73 % of
-CvT-13's work at 800x1333) would silently count as zero. :func:`count_flops` adds it.
+``scaled_dot_product_attention`` runs on a CPU: without one, attention (most of CvT's work
+at detection sizes, docs/benchmarks.md) would silently count as zero. :func:`count_flops`
+adds it.
 
 Conventions: ``flops`` counts a multiply-add as 2 (what GFLOP/s rates use); MMDetection's and
 the papers' "FLOPs" are multiply-adds, :attr:`FlopCount.gmacs`. Element-wise operations

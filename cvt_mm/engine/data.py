@@ -100,8 +100,8 @@ def derive_sample_seed(seed: int, epoch: int, rank: int, position: int) -> int:
 def _seed_all(seed: int) -> None:
     random.seed(seed)
     np.random.seed(seed % 2**32)
-    # The CPU generator only: torch.manual_seed also seeds every accelerator backend, 100x
-    # slower, and data transforms draw on the CPU.
+    # The CPU generator only: torch.manual_seed also seeds every accelerator backend, which
+    # is slower (docs/benchmarks.md), and data transforms draw on the CPU.
     torch.default_generator.manual_seed(seed)
 
 

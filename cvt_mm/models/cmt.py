@@ -332,11 +332,11 @@ class CMT(ConvViTBackbone):
             convolutions, linear layers and attention, and recompute the element-wise
             operators between them (norms, activations, residual adds) and each stage's
             resized relative-position bias in the backward pass instead of storing their
-            outputs: the same values and gradients for 45 % of the activation memory; on a
-            CPU 0.80x the time of a Mask R-CNN iteration at 800x1333 but 1.17x that of a
-            224x224 classification step (docs/benchmarks.md, "Training memory"), so the
-            detection and segmentation configs turn it on. Training only; not under
-            ``torch.compile``, whose partitioner chooses what to keep. A second backward
+            outputs: the same values and gradients for about half the activation memory,
+            faster at detection sizes and slower at 224x224 on a CPU (docs/benchmarks.md,
+            "Training memory"), so the detection and segmentation configs turn it on.
+            Training only; not under ``torch.compile``, whose partitioner chooses what to
+            keep. A second backward
             through one graph (``retain_graph=True``) needs ``False``. Default False.
         use_sdpa (bool): ``scaled_dot_product_attention`` with the bias as additive mask;
             ``False`` runs the reference path. Default True.
