@@ -14,7 +14,7 @@ MMEngine's and fvcore's counters.
 
 :func:`get_flops` counts a config's whole model (detector, segmentor or classifier) on one
 random image, optionally beside mmcv's module-hook counter (MMDetection 2.x's tool);
-``tools/analysis_tools/get_flops.py`` and ``flops_table.py`` print it.
+``tools/analysis_tools/get_flops.py`` and ``.dev_scripts/flops_table.py`` print it.
 
 Example::
 

@@ -287,10 +287,15 @@ def load_tool(name: str):
 
         >>> args = load_tool('train').parse_args(['configs/mask_rcnn_cvt13_coco.py'])
     """
-    path = osp.join(TOOLS, f'{name}.py')
+    return load_script(osp.join(TOOLS, f'{name}.py'))
+
+
+def load_script(path: str):
+    """Import the script at ``path`` as a module, as :func:`load_tool` does."""
     if osp.dirname(path) not in sys.path:
         sys.path.append(osp.dirname(path))
-    spec = importlib.util.spec_from_file_location(f'cvt_mm_tool_{name.replace("/", "_")}', path)
+    name = osp.splitext(osp.relpath(path, ROOT))[0].replace('/', '_').replace('.', '')
+    spec = importlib.util.spec_from_file_location(f'cvt_mm_script_{name}', path)
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # dataclasses look their module up there
     spec.loader.exec_module(module)

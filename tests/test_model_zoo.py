@@ -1,7 +1,7 @@
 """The model zoo metadata: model-index.yml and the metafiles load and validate with OpenMMLab's
 `modelindex` package, name every config exactly once, and state the FLOPs and parameters of
 docs/model_zoo.md, whose table names every config and matches a fresh count (one small config
-here; `tools/analysis_tools/flops_table.py --write` regenerates them all)."""
+here; `.dev_scripts/flops_table.py --write` regenerates them all)."""
 import os.path as osp
 import re
 
@@ -11,10 +11,10 @@ from modelindex.load_model_index import load
 import cvt_mm  # noqa: F401
 from cvt_mm.flops import get_flops
 
-from helpers import load_tool
+from helpers import load_script
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
-flops_table = load_tool('analysis_tools/flops_table')
+flops_table = load_script(osp.join(ROOT, '.dev_scripts', 'flops_table.py'))
 
 
 @pytest.fixture(scope='module')

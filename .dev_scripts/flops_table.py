@@ -1,11 +1,12 @@
 """The FLOPs and parameters of every config under ``configs/`` beside the papers' numbers, as a
-Markdown table (docs/model_zoo.md), counted by ``get_flops.py``'s :func:`get_flops`.
+Markdown table (docs/model_zoo.md), counted by :func:`cvt_mm.flops.get_flops` (what
+``tools/analysis_tools/get_flops.py`` prints). A maintainers' script: it writes the docs.
 
-    python tools/analysis_tools/flops_table.py            # every config: prints the table
-    python tools/analysis_tools/flops_table.py configs/imagenet_cmt_ti_800e_in1k.py
-    python tools/analysis_tools/flops_table.py --write    # and updates the committed copies
-    python tools/analysis_tools/flops_table.py --sync     # metafiles, READMEs from the docs
-    python tools/analysis_tools/flops_table.py --explain configs/mask_rcnn_cmt_s_coco.py
+    python .dev_scripts/flops_table.py            # every config: prints the table
+    python .dev_scripts/flops_table.py configs/imagenet_cmt_ti_800e_in1k.py
+    python .dev_scripts/flops_table.py --write    # and updates the committed copies
+    python .dev_scripts/flops_table.py --sync     # metafiles, READMEs from the docs
+    python .dev_scripts/flops_table.py --explain configs/mask_rcnn_cmt_s_coco.py
 
 Each config is counted at its paper's input: detection at 1280x800 (H x W, the input of
 MMDetection's ``get_flops.py`` and of the papers' detection FLOPs), segmentation at 512x2048
@@ -38,7 +39,7 @@ import torch
 from cvt_mm.builders import build_model_from_config, load_config, task_of
 from cvt_mm.flops import TensorForward, count_flops, get_flops, mmcv_gmacs, tensor_forward
 
-ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
+ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DOCS = osp.join(ROOT, 'docs', 'model_zoo.md')
 DET_SHAPE = (1280, 800)
 SEG_SHAPE = (512, 2048)
