@@ -2,20 +2,25 @@
 
 ``import cvt_mm`` (or ``custom_imports=dict(imports=['cvt_mm'])`` in a config):
 
-1. makes the changes to torch, MMEngine and MMPretrain that :mod:`cvt_mm.integration` lists,
-   with the reason for each, in one place;
+1. makes the few changes to torch, MMEngine and MMPretrain without which the registered parts
+   fail on the supported stack (:func:`cvt_mm.integration.apply`, each with its reason);
 2. registers the backbones (:mod:`cvt_mm.models`: ``type='CvT'``, ``type='CMT'``) for
    MMDetection, MMSegmentation and MMPretrain, with their checkpoint layouts;
 3. registers the training pieces (:mod:`cvt_mm.engine`: exact resume, preemption, CPU DDP,
    hooks, layer-wise LR decay).
 
-Checkpoint I/O (reading, downloading, published weights, layouts, loading) is
-:mod:`cvt_mm.checkpoint`.
+Nothing else. Our tools also call :func:`setup_process` (atomic checkpoint writes, cached and
+verified downloads, MMPretrain's inferencers in their own scope; :mod:`cvt_mm.integration`);
+call it too when you build a ``Runner`` yourself and want the same. Checkpoint I/O (reading,
+downloading, published weights, layouts, loading) is :mod:`cvt_mm.checkpoint`.
 """
 from . import integration
+from .integration import setup_process
 
 integration.apply()  # first: MMPretrain's switch must precede any import of mmpretrain.models
 
 from . import engine, models  # noqa: E402,F401  (registrations)
+
+__all__ = ['setup_process']
 
 __version__ = '0.1.0'

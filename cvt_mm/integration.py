@@ -1,19 +1,25 @@
-"""What ``import cvt_mm`` changes outside this package, and why: the one place.
+"""What cvt_mm changes outside itself, and why: the one place.
 
 The modules of :mod:`cvt_mm.models`, :mod:`cvt_mm.engine` and :mod:`cvt_mm.checkpoint` only
-define things and register them in MMEngine's registries. Every change outside the package is
-made here, by :func:`apply`, which ``import cvt_mm`` calls first (the configs'
-``custom_imports`` and the tools import it; importing any submodule imports the package
-first), each change once:
+define things and register them in MMEngine's registries. Changes outside the package are
+made here, each once, in two steps.
+
+``import cvt_mm`` (the configs' ``custom_imports``) calls :func:`apply`, which makes only the
+changes without which the registered parts fail on the supported stack:
 
 1. **MMPretrain's model imports**: ``dependency.WITH_MULTIMODAL = False`` when transformers
    >= 5 is installed, before ``mmpretrain.models`` loads. Beside transformers 5 its multimodal
-   models fail to import, and with them every classifier and MMPretrain's registry scope.
+   models fail to import, and with them every classifier and MMPretrain's registry scope
+   (``tests/test_integration.py``). Nothing changes with transformers < 5 or without it.
 2. **torch's safe unpickler**: MMEngine's ``HistoryBuffer`` and numpy's array and scalar
-   types are allow-listed, so ``--resume`` works under torch >= 2.6 without turning safe
-   loading off (``weights_only=False``) for every file.
+   types are allow-listed, so a checkpoint MMEngine wrote resumes under torch >= 2.6 without
+   turning safe loading off (``weights_only=False``) for every file.
 3. **MMEngine's** ``HistoryBuffer`` pickles without its default statistics methods (re-added
    when unpickled): they pickle as ``getattr``, which safe loading must keep refusing.
+
+Our tools call :func:`setup_process` as well; so can a user who builds a ``Runner`` or an
+inferencer in a process of their own and wants the same behaviour:
+
 4. **MMEngine's local storage backend** writes through a temporary file and a rename
    (:class:`~cvt_mm.engine.fileio.AtomicLocalBackend`): a run killed while saving left a
    truncated checkpoint under the final name, which ``--resume`` then picked.
@@ -26,17 +32,18 @@ first), each change once:
    built afterwards looked its transforms up there (``KeyError: 'ResizeEdge is not in the
    mmdet::transform registry'``, or ``Resize`` of the wrong toolbox). Built alone, or with
    MMPretrain's scope current, they build what they built before (docs/python_api.md).
-7. **Interpreter exit**: daemonic child processes that ignore SIGTERM are sent SIGKILL
-   (:func:`~cvt_mm.engine.data.kill_guarded_children`): guarded data workers ignore the
-   SIGTERM with which Python ends them, and the exit would wait for them forever.
+
+The guarded data workers' exit handler is registered where they are configured
+(:func:`cvt_mm.engine.data.guarded_worker_init_cfg`), and the CPU allocator is set where the
+runner is built (:func:`cvt_mm.engine.launch.build_runner`).
 
 Example::
 
-    import cvt_mm  # applies the table above (idempotent)
+    import cvt_mm          # 1-3 (idempotent)
+    cvt_mm.setup_process()  # 4-6, as tools/train.py does (idempotent)
 """
 from __future__ import annotations
 
-import atexit
 import functools
 import sys
 from importlib import metadata
@@ -45,10 +52,11 @@ import numpy as np
 import torch
 from mmengine.registry import DefaultScope
 
-__all__ = ['apply', 'keep_mmpretrain_importable', 'allow_mmengine_checkpoints',
-           'scope_mmpretrain_inferencers']
+__all__ = ['apply', 'setup_process', 'keep_mmpretrain_importable',
+           'allow_mmengine_checkpoints', 'scope_mmpretrain_inferencers']
 
 _applied = False
+_process_set_up = False
 
 
 # ------------------------------------------------------------------------ MMPretrain
@@ -157,26 +165,35 @@ def allow_mmengine_checkpoints() -> None:
     HistoryBuffer.__getstate__ = _history_buffer_state
 
 
-# ------------------------------------------------------------------------ all of them
+# ------------------------------------------------------------------------ the two steps
 def apply() -> None:
-    """Make the changes of the module's table, once; called by ``import cvt_mm``."""
+    """Make changes 1-3 of the module's table, once; called by ``import cvt_mm``."""
     global _applied
     if _applied:
         return
     _applied = True
     keep_mmpretrain_importable()  # first: nothing of ours may import mmpretrain.models before
     allow_mmengine_checkpoints()
+
+
+def setup_process() -> None:
+    """Make changes 4-6 of the module's table, once: what our tools do to their process
+    before they build a ``Runner`` or an inferencer.
+
+    Example:
+        >>> import cvt_mm
+        >>> cvt_mm.setup_process()
+    """
+    global _process_set_up
+    if _process_set_up:
+        return
+    _process_set_up = True
     from mmengine.fileio.backends import register_backend
     from mmengine.runner.checkpoint import CheckpointLoader
 
     from .checkpoint.hub import URL_SCHEMES
     from .checkpoint.loading import load_from_http
-    from .engine.data import kill_guarded_children
     from .engine.fileio import AtomicLocalBackend
     register_backend('local', AtomicLocalBackend, force=True, prefixes='')
     CheckpointLoader.register_scheme(prefixes=URL_SCHEMES, loader=load_from_http, force=True)
     scope_mmpretrain_inferencers()
-    # After multiprocessing's own exit function (imported with torch above): atexit runs
-    # the later one first.
-    import multiprocessing.util  # noqa: F401
-    atexit.register(kill_guarded_children)

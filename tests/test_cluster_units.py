@@ -169,11 +169,12 @@ def test_the_train_dataloader_config_is_wrapped_once():
 
 # ----------------------------------------------------------------------------- data workers
 ORPHAN_PARENT = textwrap.dedent('''
-    import os, sys, time
+    import functools, os, sys, time
     import torch
+    from mmengine.registry import FUNCTIONS
     from torch.utils.data import DataLoader
     import cvt_mm  # noqa
-    from cvt_mm.engine.data import guard_data_worker
+    from cvt_mm.engine.data import guarded_worker_init_cfg
 
     class Slow:
         def __len__(self): return 10**6
@@ -182,8 +183,10 @@ ORPHAN_PARENT = textwrap.dedent('''
             return torch.zeros(1000)
 
     if __name__ == '__main__':  # spawn and forkserver workers import this file
+        cfg = guarded_worker_init_cfg()  # what the training loops put in the config
+        worker_init_fn = functools.partial(FUNCTIONS.get(cfg.pop('type')), **cfg)  # MMEngine
         loader = DataLoader(Slow(), batch_size=4, num_workers=2, persistent_workers=True,
-                            worker_init_fn=guard_data_worker,
+                            worker_init_fn=worker_init_fn,
                             multiprocessing_context=sys.argv[1] if len(sys.argv) > 1 else None)
         it = iter(loader)
         next(it)

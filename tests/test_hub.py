@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 import torch
 
-import cvt_mm  # noqa: F401  (registers the backbones and the http(s) checkpoint loader)
+import cvt_mm
 from cvt_mm import checkpoint as weights
 from cvt_mm.checkpoint import CheckpointError, read_checkpoint
 from cvt_mm.checkpoint.hub import DownloadError, cache_name, cached_download
@@ -166,7 +166,9 @@ def test_a_downloaded_file_is_read_safely(server, cache, capsys):
     server.files['/w/evil.pth'] = _bytes({'w': torch.ones(2), 'x': Payload()})
     with pytest.raises(CheckpointError, match='holds pickled Python objects'):
         read_checkpoint(server.base + '/w/evil.pth')
-    # MMEngine's own http loader (torch.hub, weights_only=False) would have run the payload
+    # MMEngine's own http loader (torch.hub, weights_only=False) would have run the payload;
+    # the tools replace it
+    cvt_mm.setup_process()
     with pytest.raises(CheckpointError, match='holds pickled Python objects'):
         load_checkpoint(torch.nn.Linear(2, 1), server.base + '/w/evil.pth')
     assert 'payload executed' not in capsys.readouterr().out
@@ -200,6 +202,7 @@ def test_mmengine_load_checkpoint_and_load_from_with_a_url(server, cache, tiny_c
     server.files['/w/epoch_12.pth'] = _bytes({'state_dict': source.state_dict(),
                                               'meta': {'epoch': 12}})
     url = server.base + '/w/epoch_12.pth'
+    cvt_mm.setup_process()  # as the tools do
     assert CheckpointLoader._get_checkpoint_loader(url) is weights.load_from_http
 
     model = _Detector()

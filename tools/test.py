@@ -9,7 +9,7 @@ import os.path as osp
 
 from mmengine.config import ConfigDict, DictAction
 
-import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.checkpoint import checkpoint_misfit
 from cvt_mm.engine.launch import (
     build_runner,
@@ -104,6 +104,7 @@ def results_dumper(cfg, out: str):
 
 def main(argv=None):
     args = parse_args(argv)
+    cvt_mm.setup_process()
     cfg = config_from_args(args)
     cfg.load_from = args.checkpoint
 

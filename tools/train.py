@@ -12,7 +12,7 @@ import argparse
 
 from mmengine.config import DictAction
 
-import cvt_mm  # noqa: F401  (registers CvT/CMT; MMEngine checkpoints load safely on resume)
+import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.engine.launch import (
     build_runner,
     check_dataset_paths,
@@ -50,6 +50,7 @@ def parse_args(argv=None):
 
 def main(argv=None):
     args = parse_args(argv)
+    cvt_mm.setup_process()
     cfg = config_from_args(args)
 
     if args.amp:

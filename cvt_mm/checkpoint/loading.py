@@ -59,8 +59,8 @@ def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
 
 
 def load_from_http(filename: str, map_location=None) -> dict:
-    """MMEngine's ``http://``/``https://`` checkpoint loader, replaced (by
-    :mod:`cvt_mm.integration`).
+    """MMEngine's ``http://``/``https://`` checkpoint loader, replaced by
+    :func:`cvt_mm.setup_process` (which our tools call).
 
     MMEngine's own loader is ``torch.hub.load_state_dict_from_url``, which unpickles with
     ``weights_only=False`` (a downloaded file could run arbitrary code), checks neither the

@@ -18,8 +18,9 @@ place in the run instead:
   method), so a rank killed by SIGKILL leaves no orphaned workers
   holding memory, and leaves SIGTERM/SIGUSR1 to the main process (see
   :class:`cvt_mm.engine.preemption.PreemptionHook`), which stops the workers itself.
-  :mod:`cvt_mm.integration` registers :func:`kill_guarded_children` to run at interpreter
-  exit, since Python ends daemonic children with the SIGTERM such workers ignore.
+  The process that configures them (:func:`guarded_worker_init_cfg`) runs
+  :func:`kill_guarded_children` at interpreter exit, since Python ends daemonic children
+  with the SIGTERM such workers ignore.
 
 The training loops of :mod:`cvt_mm.engine.loops` install all three; nothing else is needed.
 
@@ -35,6 +36,7 @@ Example (what the loops do to a train dataloader config)::
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import ctypes
 import multiprocessing
@@ -377,8 +379,18 @@ def resumable_dataloader_cfg(cfg: dict, seed: int) -> dict:
 
 
 def guarded_worker_init_cfg(seed: Optional[int] = None) -> dict:
-    """The ``worker_init_fn`` config of :func:`guard_data_worker`."""
+    """The ``worker_init_fn`` config of :func:`guard_data_worker`. The process that asks
+    for it is the one whose exit would wait for such workers: from then on it ends them at
+    exit (:func:`kill_guarded_children`)."""
+    global _exit_kills_guarded_children
+    if not _exit_kills_guarded_children:
+        _exit_kills_guarded_children = True
+        import multiprocessing.util  # noqa: F401  (its exit function is registered first)
+        atexit.register(kill_guarded_children)  # atexit is LIFO: before multiprocessing's
     return dict(type='guard_data_worker', seed=seed)
+
+
+_exit_kills_guarded_children = False
 
 
 def guard_dataloader_workers(cfg: Union[dict, None]) -> None:

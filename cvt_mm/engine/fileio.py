@@ -5,7 +5,7 @@ MMEngine writes checkpoints (and the ``last_checkpoint`` pointer beside them) th
 leaves a truncated file under the final name, which ``--resume`` then picks. The backend
 registered here writes to a temporary file in the same folder and renames it over the target
 (``os.replace``, atomic on POSIX), so a reader sees the previous file or the complete new one.
-:mod:`cvt_mm.integration` registers it for local paths on ``import cvt_mm``.
+:func:`cvt_mm.setup_process` (which our tools call) registers it for local paths.
 """
 from __future__ import annotations
 

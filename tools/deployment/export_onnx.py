@@ -43,7 +43,7 @@ import sys
 import torch
 from mmengine.config import DictAction
 
-import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.builders import load_config, task_of
 from cvt_mm.deployment import (
     DEFAULT_RTOL,
@@ -140,6 +140,7 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    cvt_mm.setup_process()
     require_deploy_packages()
     import onnxruntime
 

@@ -20,7 +20,7 @@ import os.path as osp
 import mmcv
 from mmengine.config import Config, DictAction
 
-import cvt_mm  # noqa: F401  (registers CvT/CMT; lets MMEngine checkpoints load safely)
+import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.checkpoint import checkpoint_misfit
 from cvt_mm.visualization import best_predictions, enlarge_labels, predict_upsampled
 
@@ -135,6 +135,7 @@ DRAW = {'mmdet': draw_detections, 'mmseg': draw_segmentation,
 
 def main(argv=None):
     args = parse_args(argv)
+    cvt_mm.setup_process()
     cfg = Config.fromfile(args.config)
     if args.cfg_options:
         cfg.merge_from_dict(args.cfg_options)

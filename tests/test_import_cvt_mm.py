@@ -1,0 +1,131 @@
+"""``import cvt_mm`` (a config's ``custom_imports``) registers our parts and makes only the
+changes without which they fail on the supported stack; :func:`cvt_mm.setup_process` makes
+the rest, for our tools and for users who ask. Each check runs in a fresh interpreter."""
+import json
+import subprocess
+import sys
+import textwrap
+
+from helpers import ROOT
+
+# The modules ``import cvt_mm`` loads besides its own, in the order it loads them.
+THIRD_PARTY = textwrap.dedent('''
+    import json, sys
+    import cvt_mm  # noqa: F401
+    print(json.dumps([name for name in sys.modules if name.split('.')[0] != 'cvt_mm']))
+''')
+
+# The packages that registering into the three toolboxes loads without cvt_mm.
+TOOLBOXES = textwrap.dedent('''
+    import json, sys
+    import mmdet.models, mmseg.models, mmpretrain.models  # noqa: F401
+    from mmengine.runner import Runner  # noqa: F401
+    print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))
+''')
+
+# Everything outside cvt_mm that a plugin could change, recorded before and after the import
+# (with the modules it loads already loaded: their own import-time doings are not ours) and
+# after setup_process().
+SNAPSHOT = textwrap.dedent('''
+    import atexit, importlib, json, os, signal, sys, time, warnings
+    for name in json.loads(sys.argv[1]):
+        try:
+            importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - aliases such as six.moves.* are not importable
+            pass
+    import torch
+    from mmengine.fileio.backends import registry_utils
+    from mmengine.logging.history_buffer import HistoryBuffer
+    from mmengine.registry import DefaultScope
+    from mmengine.runner.checkpoint import CheckpointLoader
+    from mmpretrain.apis import ImageClassificationInferencer
+    from mmpretrain.utils import dependency
+
+    def snapshot():
+        return {
+            'local storage backend': repr(registry_utils.prefix_to_backends.get('')),
+            'checkpoint loaders': repr(sorted((k, repr(v))
+                                              for k, v in CheckpointLoader._schemes.items())),
+            'exit handlers': atexit._ncallbacks(),
+            'signal handlers': repr([signal.getsignal(s) for s in signal.Signals]),
+            'safe globals': repr(torch.serialization.get_safe_globals()),
+            'HistoryBuffer pickling': repr(HistoryBuffer.__getstate__),
+            'MMPretrain inferencer pipeline': repr(ImageClassificationInferencer._init_pipeline),
+            'MMPretrain multimodal': dependency.WITH_MULTIMODAL,
+            'default scope': repr(DefaultScope.get_current_instance()),
+            'environment': repr(sorted(os.environ.items())),
+            'torch threads': torch.get_num_threads(),
+            'torch deterministic': torch.are_deterministic_algorithms_enabled(),
+            'torch default dtype': repr(torch.get_default_dtype()),
+            'warning filters': repr(warnings.filters),
+            'sys.path': repr(sys.path),
+        }
+
+    def changed(before, after):
+        return sorted(k for k in before if before[k] != after[k])
+
+    before = snapshot()
+    import cvt_mm
+    on_import = snapshot()
+    cvt_mm.setup_process()
+    cvt_mm.setup_process()  # idempotent
+    set_up = snapshot()
+    print(json.dumps(dict(import_changes=changed(before, on_import),
+                          setup_changes=changed(on_import, set_up))))
+''')
+
+
+def _run(script: str, *args: str) -> str:
+    proc = subprocess.run([sys.executable, '-c', script, *args], cwd=ROOT,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_import_changes_only_what_the_registered_parts_need_and_setup_process_the_rest():
+    modules = _run(THIRD_PARTY).splitlines()[-1]
+    out = json.loads(_run(SNAPSHOT, modules).splitlines()[-1])
+    # Safe loading of MMEngine's checkpoints (the test below fails without it). MMPretrain's
+    # multimodal switch changes only beside transformers >= 5 (tests/test_integration.py).
+    assert out['import_changes'] == ['HistoryBuffer pickling', 'safe globals']
+    assert out['setup_changes'] == ['MMPretrain inferencer pipeline', 'checkpoint loaders',
+                                    'local storage backend']
+
+
+def test_import_loads_nothing_the_toolboxes_registries_do_not():
+    """Registering into MMDetection's, MMSegmentation's and MMPretrain's registries loads
+    those packages (and what they import); cvt_mm adds no package of its own choosing."""
+    ours = {name.split('.')[0] for name in json.loads(_run(THIRD_PARTY).splitlines()[-1])}
+    toolboxes = set(json.loads(_run(TOOLBOXES).splitlines()[-1]))
+    assert ours - toolboxes == set()
+
+
+RESUME_STATE = textwrap.dedent('''
+    import sys
+    import torch
+    if sys.argv[1] == 'with':
+        import cvt_mm  # noqa: F401
+    from mmengine.logging import MessageHub
+
+    hub = MessageHub.get_instance('resume_state')
+    for i in range(3):
+        hub.update_scalar('train/loss', 1.0 / (i + 1))
+    torch.save({'message_hub': hub.state_dict()}, sys.argv[2])
+    try:
+        state = torch.load(sys.argv[2])  # torch's default: the safe unpickler
+    except Exception as err:  # noqa: BLE001
+        print('refused:', type(err).__name__)
+    else:
+        print('loaded', state['message_hub']['log_scalars']['train/loss'].current())
+''')
+
+
+def test_mmengine_training_state_loads_safely_only_with_cvt_mm(tmp_path):
+    """The one change ``--resume`` with MMDetection's own tools/train.py needs: the message
+    hub of every MMEngine checkpoint holds ``HistoryBuffer``s, which torch >= 2.6 refuses."""
+    without = _run(RESUME_STATE.replace('sys.argv[1]', "'without'").replace(
+        'sys.argv[2]', repr(str(tmp_path / 'a.pth'))))
+    assert without.startswith('refused:'), without
+    with_ = _run(RESUME_STATE.replace('sys.argv[1]', "'with'").replace(
+        'sys.argv[2]', repr(str(tmp_path / 'b.pth'))))
+    assert with_.strip() == 'loaded 0.3333333333333333', with_
