@@ -316,7 +316,7 @@ def guard_data_worker(worker_id: int, seed: Optional[int] = None,
       own watchdog).
     * Where that protection holds, SIGTERM and SIGUSR1 are ignored in the worker: schedulers
       send them to every process, and a worker that died of them would crash the training
-      process before it could save a checkpoint (:class:`~cvt_mm.engine.hooks.PreemptionHook`).
+      process before it could save a checkpoint (:class:`~cvt_mm.engine.preemption.PreemptionHook`).
     * With ``seed`` given, the worker's generators are seeded as MMEngine's default
       ``worker_init_fn`` does (``num_workers * rank + worker_id + seed``).
 

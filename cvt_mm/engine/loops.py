@@ -8,7 +8,7 @@ position. These subclasses start the data stream at the resumed batch instead
 (:meth:`cvt_mm.engine.data.ResumableBatchSampler.start_at`: only indices are drawn for the
 skipped batches), and wrap the train dataloader so that each sample's augmentation depends on
 its place in the run, not on the worker that loads it (:mod:`cvt_mm.engine.data`). Together
-with :class:`cvt_mm.engine.hooks.ExactResumeHook` a resumed run trains on the same batches,
+with :class:`cvt_mm.engine.random_state.ExactResumeHook` a resumed run trains on the same batches,
 with the same augmentations and the same random draws, as the uninterrupted run.
 
 ``tools/train.py`` swaps MMEngine's two loops for these (:func:`cvt_mm.engine.launch.
@@ -53,7 +53,7 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     """``EpochBasedTrainLoop`` that resumes mid-epoch at the next batch.
 
     Arguments as MMEngine's ``EpochBasedTrainLoop``. :attr:`resume_batch` (set by
-    :class:`~cvt_mm.engine.hooks.ExactResumeHook` from the checkpoint; by default derived from
+    :class:`~cvt_mm.engine.random_state.ExactResumeHook` from the checkpoint; by default derived from
     the resumed iteration) is the number of batches of the current epoch already trained on.
     """
 
