@@ -56,9 +56,10 @@ from .engine.allocator import OPT_OUT_ENV, reuse_freed_memory
 __all__ = ['time_steps', 'peak_memory_gib', 'held_for_backward', 'machine_rates',
            'HFCvtLogits', 'hf_peer_config', 'top_operators', 'case_env',
            'backbone_case', 'train_iteration_case', 'classification_step_case', 'main',
-           'TRAIN_ITER_CONFIGS']
+           'TRAIN_ITER_CONFIGS', 'our_config']
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
+# Our configs by their path in a checkout (they are not installed with the package).
 TRAIN_ITER_CONFIGS = {
     'cvt13': ('Mask R-CNN CvT-13', 'configs/mask_rcnn_cvt13_coco.py'),
     'cmt_s': ('Mask R-CNN CMT-S', 'configs/mask_rcnn_cmt_s_coco.py'),
@@ -184,6 +185,32 @@ def top_operators(fn: Callable[[], object], count: int) -> str:
         fn()
     return prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=count,
                                      max_name_column_width=48)
+
+
+def our_config(path: str) -> str:
+    """The file of one of our configs, ``configs/...`` in a checkout of cvt_mm: under the
+    current folder, else in the checkout this module is imported from; a toolbox's
+    ``package::path`` config is returned as it is. The configs are not installed with the
+    package, so an installed cvt_mm finds them in the checkout it is run from.
+
+    Raises:
+        FileNotFoundError: naming the folders looked in.
+
+    Example::
+
+        >>> our_config('configs/mask_rcnn_cvt13_coco.py')  # from the checkout's root
+        '/path/to/cvt_mm/configs/mask_rcnn_cvt13_coco.py'
+    """
+    if '::' in path:
+        return path
+    folders = list(dict.fromkeys([os.getcwd(), REPO]))
+    for folder in folders:
+        candidate = osp.join(folder, path)
+        if osp.isfile(candidate):
+            return candidate
+    raise FileNotFoundError(f'{path} is in neither {" nor ".join(folders)}: run this from a '
+                            'checkout of cvt_mm (its configs are not installed with the '
+                            'package)')
 
 
 def case_env(thp: bool) -> dict:
@@ -326,7 +353,7 @@ def train_iteration_case(config: str, size, iters: int, threads: int, profile: i
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    cfg = load_config(config if '::' in config else osp.join(REPO, config))
+    cfg = load_config(config)
     model = build_model_from_config(cfg)
     optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     batch = synthetic_batch(model, batch_size=1, height=size[0], width=size[1], num_objects=5)
@@ -576,6 +603,10 @@ def _train_iter(args) -> int:
         print(json.dumps(train_iteration_case(json.loads(args.case), args.size, args.iters,
                                               args.threads, args.profile)))
         return 0
+    try:
+        files = {key: our_config(TRAIN_ITER_CONFIGS[key][1]) for key in args.models}
+    except FileNotFoundError as err:
+        raise SystemExit(f'benchmark.py train-iter: {err}')
     rates = _print_machine(args.threads, args.thp)
     print(f'one training iteration, batch 1, {args.size[0]}x{args.size[1]}, median of '
           f'{args.iters} after a warm-up')
@@ -584,7 +615,7 @@ def _train_iter(args) -> int:
         name, config = TRAIN_ITER_CONFIGS[key]
         proc = _run_case(['train-iter', '--size', *map(str, args.size), '--iters',
                           str(args.iters), '--threads', str(args.threads), '--profile',
-                          str(args.profile)], config, args.thp)
+                          str(args.profile)], files[key], args.thp)
         if proc.returncode:
             raise RuntimeError(f'{config} failed ({_failure(proc)}):\n{proc.stderr[-3000:]}')
         results[key] = r = json.loads(proc.stdout.strip().splitlines()[-1])

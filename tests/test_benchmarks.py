@@ -213,3 +213,28 @@ def test_cases_run_as_train_py_runs_unless_huge_pages_are_asked_for(monkeypatch)
     for command in (['backbone', '--model', "dict(type='CvT', arch='13')"], ['train-iter']):
         assert build_parser().parse_args([*command, '--thp']).thp
         assert not build_parser().parse_args(command).thp
+
+
+@pytest.mark.slow
+def test_train_iter_runs_from_an_installed_package(tmp_path):
+    """cvt_mm installed without ``-e`` (a copy of the package alone) finds our configs in the
+    checkout it is run from, and elsewhere says where it looked."""
+    import shutil
+    site = tmp_path / 'site'
+    shutil.copytree(os.path.join(REPO, 'cvt_mm'), site / 'cvt_mm',
+                    ignore=shutil.ignore_patterns('__pycache__'))
+    env = dict(os.environ, PYTHONPATH=str(site))
+    command = [sys.executable, '-m', 'cvt_mm.benchmark', 'train-iter', '--models', 'cvt13',
+               '--size', '64', '96', '--iters', '1', '--threads', '1']
+    where = subprocess.run([sys.executable, '-c', 'import cvt_mm; print(cvt_mm.__file__)'],
+                           env=env, cwd=tmp_path, capture_output=True, text=True)
+    assert where.stdout.startswith(str(site)), where.stdout + where.stderr
+    elsewhere = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
+                               timeout=300)
+    assert elsewhere.returncode != 0
+    assert 'configs/mask_rcnn_cvt13_coco.py is in neither' in elsewhere.stderr
+    assert 'run this from a checkout of cvt_mm' in elsewhere.stderr
+    checkout = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True,
+                              timeout=600)
+    assert checkout.returncode == 0, checkout.stderr[-3000:]
+    assert re.search(r'^Mask R-CNN CvT-13 +\d', checkout.stdout, re.M), checkout.stdout
