@@ -53,8 +53,9 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     """``EpochBasedTrainLoop`` that resumes mid-epoch at the next batch.
 
     Arguments as MMEngine's ``EpochBasedTrainLoop``. :attr:`resume_batch` (set by
-    :class:`~cvt_mm.engine.random_state.ExactResumeHook` from the checkpoint; by default derived from
-    the resumed iteration) is the number of batches of the current epoch already trained on.
+    :class:`~cvt_mm.engine.random_state.ExactResumeHook` from the checkpoint; by default
+    derived from the resumed iteration) is the number of batches of the current epoch
+    already trained on.
     """
 
     def __init__(self, runner, dataloader: Union[DataLoader, Dict], max_epochs: int,

@@ -18,7 +18,7 @@ machine without CUDA, where the rest runs at small sizes):
   CvT-13 at 512x512, batch 2, AMP: median step time after warm-up, peak CUDA memory, ratio;
 * ``ddp``: ``tools/dist_train.sh`` for Mask R-CNN CvT-13 and UperNet CvT-13 on generated data,
   at least 3 iterations, NCCL on min(2, GPUs) GPUs (without CUDA: Mask R-CNN only, gloo on 2
-  CPU processes; tests/test_distributed.py runs the other gloo cases).
+  CPU processes; tests/test_engine/test_distributed.py runs the other gloo cases).
 
 The exit status is 1 when a row failed. Nothing here changes driver or GPU settings; the TF32
 switches of PyTorch are turned off only around the fp32 parity check and restored.
@@ -94,7 +94,7 @@ class Plan:
     amp: bool = True
     ddp_image_size: int = 128
     # The CPU rehearsal runs one DDP row: the gloo runs of every config kind are
-    # tests/test_distributed.py's, and each costs half a minute of CI.
+    # tests/test_engine/test_distributed.py's, and each costs half a minute of CI.
     ddp_configs: tuple = tuple(DDP_CONFIGS)
 
     @classmethod

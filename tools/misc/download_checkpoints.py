@@ -123,8 +123,8 @@ def format_table(entries: List[checkpoint.PublishedCheckpoint], out: str,
 
 
 def markdown_table(entries) -> str:
-    """The table of docs/checkpoints.md (``--list --markdown``); tests/test_hub.py checks
-    that the page carries exactly this."""
+    """The table of docs/checkpoints.md (``--list --markdown``);
+    tests/test_checkpoint/test_hub.py checks that the page carries exactly this."""
     pretrain = {'IN-1k': 'ImageNet-1k', 'IN-22k': 'ImageNet-22k, fine-tuned on 1k'}
     lines = ['| name | file under `checkpoints/` | input | top-1 (%) | pretrained on | '
              'licence | sha256 | download URL |',

@@ -23,9 +23,9 @@ from cvt_mm.models.cmt import ARCH_DEFAULTS, CMT, pad_to_multiple
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.matrix_resize import bicubic_matrix, graph_bicubic_matrix
 
+from helpers import ROOT as REPO
 from helpers import load_tool
 
-REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
 MISSING = [m for m in ('onnx', 'onnxscript', 'onnxruntime') if importlib.util.find_spec(m) is None]
 needs_deploy = pytest.mark.skipif(
     bool(MISSING), reason=f'{", ".join(MISSING)} not installed; install the deploy extra: '

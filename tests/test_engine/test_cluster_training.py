@@ -1,6 +1,6 @@
 """Training as it fails on clusters, end to end with real processes under torchrun: two
 "nodes" training together, a rank SIGKILLed and restarted, preemption by SIGTERM (slurm's own
-signals, preemption and requeues: tests/test_slurm.py, under real slurm daemons). Two
+signals, preemption and requeues: tests/test_engine/test_slurm.py, under real slurm daemons). Two
 processes with two persistent data workers each, epoch-based, random resize and flip, drop
 path on; each interrupted run must end with the weights of the uninterrupted run, bit for
 bit."""
@@ -151,7 +151,7 @@ def test_resuming_with_another_number_of_processes_works_and_says_it_is_not_exac
 def test_two_nodes_train_together_and_write_one_checkpoint(tiny_data, tmp_path):
     """Two nodes of one process each on 127.0.0.1 (gloo) train one detector together
     through tools/dist_train.sh (NNODES=2, two torchrun agents with node ranks 0 and 1).
-    Nodes with addresses of their own: tests/test_two_nodes_netns.py."""
+    Nodes with addresses of their own: tests/test_engine/test_two_nodes_netns.py."""
     config = narrow_config(det_user_config(str(tmp_path / 'user.py'), 'mask_rcnn_cvt13_coco.py',
                                            osp.join(tiny_data, 'coco'), str(tmp_path / 'work'),
                                            max_epochs=3), 'det')

@@ -11,9 +11,7 @@ import cvt_mm  # noqa: F401
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 
-from helpers import build_model_from_config
-
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+from helpers import ROOT, build_model_from_config
 
 
 @pytest.mark.parametrize('model,depths', [(CvT(arch='13'), [1, 2, 10]),

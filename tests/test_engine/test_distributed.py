@@ -19,12 +19,11 @@ from cvt_mm.engine.distributed import revert_sync_batchnorm_for_cpu
 from cvt_mm.models import CMT, CvT
 
 from conftest import DIST_ITERATIONS
-from helpers import build_model_from_config, model_config, synthetic_batch
+from helpers import ROOT, build_model_from_config, model_config, synthetic_batch
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 ALL_CONFIGS = sorted(
     osp.relpath(p, ROOT) for p in glob.glob(osp.join(ROOT, 'configs', '**', '*.py'),
                                             recursive=True)

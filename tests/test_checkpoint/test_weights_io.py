@@ -73,7 +73,7 @@ def test_a_truncated_download_is_recognised(tmp_path):
 
 
 def test_a_url_is_not_a_missing_file(tmp_path):
-    # http(s):// URLs are downloaded (tests/test_hub.py); other schemes are not
+    # http(s):// URLs are downloaded (tests/test_checkpoint/test_hub.py); other schemes are not
     url = 's3://bucket/release-v1/cmt_small.pth'
     with pytest.raises(CheckpointError, match=r'is a URL; download the file first'):
         read_checkpoint(url, 'cmt')

@@ -11,9 +11,8 @@ from modelindex.load_model_index import load
 import cvt_mm  # noqa: F401
 from cvt_mm.flops import get_flops
 
-from helpers import load_script
+from helpers import ROOT, load_script
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 flops_table = load_script(osp.join(ROOT, '.dev_scripts', 'flops_table.py'))
 
 

@@ -10,12 +10,11 @@ import subprocess
 import pytest
 import torch
 
-from helpers import load_tool
+from helpers import ROOT, load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 gpu_check = load_tool('analysis_tools/gpu_check')
 
 

@@ -5,12 +5,11 @@ import os.path as osp
 
 import pytest
 
-from helpers import load_tool
+from helpers import ROOT, load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 
 
 def run_tool_main(name, args, cwd, monkeypatch, capsys):

@@ -22,12 +22,11 @@ from cvt_mm.checkpoint import CheckpointError, convert_checkpoint, read_checkpoi
 from cvt_mm.models.cmt import ARCH_SETTINGS as CMT_ARCHS
 from cvt_mm.models.cvt import CvT
 
-from helpers import load_tool
+from helpers import ROOT, load_tool
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 CONFIGS = osp.join(ROOT, 'configs')
 NUM_CLASSES = 5  # >= 5 so that top-5 accuracy is defined
 TRAIN_PER_CLASS = 2

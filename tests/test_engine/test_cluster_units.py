@@ -608,8 +608,8 @@ def test_a_launchers_sigterm_after_the_checkpoint_keeps_the_preempted_exit_code(
     signal, and tools/slurm_sbatch.sh requeues only on the preempted exit code."""
     from cvt_mm.engine.preemption import PREEMPTED_EXIT_CODE
     proc = subprocess.run([sys.executable, '-c', LATE_SIGTERM, str(tmp_path),
-                           os.path.dirname(__file__), ROOT], capture_output=True, text=True,
-                          timeout=300)
+                           os.path.dirname(__file__), os.path.join(ROOT, 'tests'), ROOT],
+                          capture_output=True, text=True, timeout=300)
     assert proc.returncode == PREEMPTED_EXIT_CODE, proc.stderr[-3000:]
     assert (tmp_path / 'iter_4.pth').exists()
 

@@ -13,9 +13,8 @@ from mmengine.config import Config
 import cvt_mm  # noqa: F401
 from cvt_mm.checkpoint import PUBLISHED
 
-from helpers import build_model_from_config
+from helpers import ROOT, build_model_from_config
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DOCS = [osp.join(ROOT, 'README.md')] + sorted(glob.glob(osp.join(ROOT, 'docs', '*.md'))) + \
     sorted(glob.glob(osp.join(ROOT, 'configs', '*', 'README.md')))
 PUBLISHED_FILES = {osp.basename(p.filename) for p in PUBLISHED}

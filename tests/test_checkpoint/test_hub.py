@@ -24,7 +24,8 @@ from cvt_mm.checkpoint import CheckpointError, read_checkpoint
 from cvt_mm.checkpoint.hub import DownloadError, cache_name, cached_download
 from cvt_mm.models import CMT
 
-ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+from helpers import ROOT
+
 TINY_CMT = dict(embed_dims=[8, 16, 32, 64], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1])
 TINY_CVT = dict(embed_dims=[8, 16, 32], num_heads=[1, 2, 4], depths=[1, 1, 1])
 

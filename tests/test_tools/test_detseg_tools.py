@@ -44,7 +44,7 @@ def test_resume_continues_at_the_right_iteration(seg_run):
     assert 'Iter(train) [3/4]' in resumed_log and 'Iter(train) [4/4]' in resumed_log
     assert 'Iter(train) [1/4]' not in resumed_log and 'Iter(train) [2/4]' not in resumed_log
     assert osp.isfile(work / 'iter_4.pth')
-    # Both runs' malloc reused freed memory (tests/test_allocator.py: what that means).
+    # Both runs' malloc reused freed memory (tests/test_engine/test_allocator.py: what that means).
     for log in (first_log, resumed_log):
         assert 'CPU allocator: reusing freed memory' in log
 
