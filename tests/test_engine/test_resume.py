@@ -24,8 +24,9 @@ pytestmark = pytest.mark.slow
 # ----------------------------------------------------------------------------- atomic writes
 WRITER = textwrap.dedent('''
     import sys, torch
-    import cvt_mm  # the atomic local backend
+    import cvt_mm
     from mmengine.runner.checkpoint import save_checkpoint
+    cvt_mm.setup_process()  # the atomic local backend, as tools/train.py has it
     path = sys.argv[1]
     big = {'state_dict': {'w': torch.randn(64, 2 ** 20)}}  # 256 MiB per write
     print('writing', flush=True)
