@@ -27,6 +27,7 @@ import signal
 import sys
 import threading
 import time
+import weakref
 from typing import Callable, Optional, Sequence
 
 import torch
@@ -64,8 +65,11 @@ class TrainingPreempted(SystemExit):
         self.checkpoint, self.signal_name = checkpoint, signal_name
 
 
-# The default process group and the gloo group the per-iteration flags travel on beside it.
-_flag_groups: list = [None, None]
+# Default process group -> the gloo group the per-iteration flags travel on beside it (None:
+# the default group itself). Weak keys: a group kept alive here after destroy_process_group
+# keeps gloo's threads running into interpreter shutdown, which sometimes aborts the process
+# ("terminate called without an active exception") after a run that finished.
+_flag_groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def flag_group():
@@ -83,11 +87,11 @@ def flag_group():
         ProcessGroup | None: the group to pass to the flag collectives.
     """
     default = torch_dist.group.WORLD
-    if _flag_groups[0] is not default:
+    if default not in _flag_groups:
         backend = str(torch_dist.get_backend()).lower()
-        _flag_groups[:] = [default, None if 'gloo' in backend else
-                           torch_dist.new_group(backend='gloo')]
-    return _flag_groups[1]
+        _flag_groups[default] = None if 'gloo' in backend else torch_dist.new_group(
+            backend='gloo')
+    return _flag_groups[default]
 
 
 def _optimizer_stepped(runner) -> bool:
