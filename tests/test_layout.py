@@ -93,7 +93,7 @@ def test_only_integration_changes_mmengine_mmpretrain_and_torch():
     """MMEngine's registries are added to anywhere (that is what registering is); changing
     MMEngine, MMPretrain or torch happens in cvt_mm/integration.py alone (when it happens is
     tests/test_import_cvt_mm.py's business). The interpreter's exit handler for guarded data
-    workers is registered where they are configured, in cvt_mm/engine/data.py."""
+    workers is registered where they are configured, in cvt_mm/engine/workers.py."""
     changes = re.compile(r'register_backend\(|register_scheme\(|add_safe_globals\(|'
                          r'WITH_MULTIMODAL\s*=|__getstate__\s*=|_init_pipeline\s*=')
     offenders = [name for name, path in MODULES.items() if name != 'cvt_mm.integration'
@@ -101,7 +101,22 @@ def test_only_integration_changes_mmengine_mmpretrain_and_torch():
     assert offenders == []
     exit_handlers = [name for name, path in MODULES.items()
                      if 'atexit.register(' in open(path).read()]
-    assert exit_handlers == ['cvt_mm.engine.data']
+    assert exit_handlers == ['cvt_mm.engine.workers']
+
+
+def test_the_engine_keeps_one_hook_per_module_and_its_other_modules_below_the_hooks():
+    """Hooks use the engine's modules, never the other way round; each hook module holds
+    one registered hook, named after it (as MMEngine's mmengine/hooks)."""
+    engine = {name for name in MODULES if name.startswith('cvt_mm.engine.')}
+    hooks = {name for name in engine if name.startswith('cvt_mm.engine.hooks')}
+    for name in sorted(engine - hooks):
+        assert not GRAPH[name] & hooks, f'{name} imports {sorted(GRAPH[name] & hooks)}'
+    for name in sorted(hooks - {'cvt_mm.engine.hooks'}):
+        tree = ast.parse(open(MODULES[name]).read())
+        registered = [node.name for node in tree.body if isinstance(node, ast.ClassDef)
+                      and any('register_module' in ast.unparse(d) for d in node.decorator_list)]
+        snake = re.sub(r'(?<!^)(?=[A-Z])', '_', registered[0]).lower() if registered else ''
+        assert len(registered) == 1 and name.endswith('.' + snake), (name, registered)
 
 
 def test_no_tool_imports_another_tool():

@@ -11,15 +11,12 @@ from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.checkpoint import checkpoint_misfit
-from cvt_mm.engine.launch import (
-    build_runner,
-    check_dataset_paths,
-    config_from_args,
-    finish_distributed,
-    guard_dataloader_workers,
-    prepare_distributed,
-    set_local_rank_env,
-)
+from cvt_mm.engine.cli import config_from_args, set_local_rank_env
+from cvt_mm.engine.dataset_paths import check_dataset_paths
+from cvt_mm.engine.distributed import prepare_distributed
+from cvt_mm.engine.process_group import finish_distributed
+from cvt_mm.engine.runner_setup import build_runner
+from cvt_mm.engine.workers import guard_dataloader_workers
 
 
 def parse_args(argv=None):

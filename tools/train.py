@@ -13,16 +13,12 @@ import argparse
 from mmengine.config import DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
-from cvt_mm.engine.launch import (
-    build_runner,
-    check_dataset_paths,
-    choose_resume,
-    config_from_args,
-    finish_distributed,
-    prepare_distributed,
-    prepare_training,
-    set_local_rank_env,
-)
+from cvt_mm.engine.cli import config_from_args, set_local_rank_env
+from cvt_mm.engine.dataset_paths import check_dataset_paths
+from cvt_mm.engine.distributed import prepare_distributed
+from cvt_mm.engine.process_group import finish_distributed
+from cvt_mm.engine.resume import choose_resume
+from cvt_mm.engine.runner_setup import build_runner, prepare_training
 
 
 def parse_args(argv=None):

@@ -7,6 +7,10 @@ has. :class:`CPUDistributedDataParallel` is the wrapper ``tools/train.py`` and `
 select when they are launched distributed on a machine without CUDA; on GPUs nothing changes and
 SyncBN stays SyncBN.
 
+:func:`prepare_distributed` makes ``--launcher`` work before the runner is built: slurm's
+environment, the process group (:mod:`cvt_mm.engine.process_group`), and this wrapper without
+CUDA.
+
 Example (what ``tools/dist_train.sh`` does on a CPU-only machine)::
 
     import torch.distributed as dist
@@ -14,13 +18,22 @@ Example (what ``tools/dist_train.sh`` does on a CPU-only machine)::
     cfg.model_wrapper_cfg = dict(type='CPUDistributedDataParallel')
     Runner.from_cfg(cfg).train()
 """
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as torch_dist
+from mmengine.config import ConfigDict
 from mmengine.logging import print_log
 from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
 from mmengine.registry import MODEL_WRAPPERS
 from torch import nn
 from torch.nn.modules.batchnorm import SyncBatchNorm
 
-__all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu']
+from .process_group import init_process_group
+from .slurm import slurm_environment
+
+__all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'prepare_distributed']
 
 
 def revert_sync_batchnorm_for_cpu(module: nn.Module) -> nn.Module:
@@ -63,3 +76,40 @@ class CPUDistributedDataParallel(MMDistributedDataParallel):
     def __init__(self, module: nn.Module, **kwargs):
         kwargs['device_ids'] = None
         super().__init__(module=revert_sync_batchnorm_for_cpu(module), **kwargs)
+
+
+def prepare_distributed(cfg, launcher: str) -> None:
+    """Make ``--launcher`` work before the runner is built.
+
+    ``slurm``: the torch.distributed environment is set from slurm's (:func:`slurm_environment`,
+    no ``scontrol`` needed). ``pytorch`` (torchrun) and ``slurm``: the process group is started
+    here, so that a restarted attempt cannot hang on the failed one's keys
+    (:func:`init_process_group`) and rank 0 can share its choice of checkpoint
+    (:func:`choose_resume`); MMEngine then skips its own init. Without CUDA (``pytorch`` or
+    ``slurm``): the process group uses gloo and the model is wrapped in
+    :class:`~cvt_mm.engine.distributed.CPUDistributedDataParallel`.
+    """
+    if launcher == 'slurm':
+        os.environ.update(slurm_environment())
+    if launcher == 'none':
+        return
+    dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
+    timeout = dist_cfg.get('timeout')
+    timeout = timedelta(seconds=timeout) if isinstance(timeout, (int, float)) else timeout
+    if torch.cuda.is_available():
+        if launcher in ('pytorch', 'slurm') and not torch_dist.is_initialized():
+            torch.cuda.set_device(int(os.environ.get('LOCAL_RANK', 0)))
+            init_process_group(dist_cfg.get('backend', 'nccl'), timeout)
+        return
+    if launcher not in ('pytorch', 'slurm'):
+        raise ValueError(f'--launcher {launcher} needs GPUs; on a CPU-only machine use '
+                         '--launcher pytorch (tools/dist_train.sh), slurm or none')
+    if not torch_dist.is_initialized():
+        init_process_group('gloo', timeout)
+    wrapper = cfg.get('model_wrapper_cfg') or ConfigDict(
+        broadcast_buffers=False,
+        find_unused_parameters=cfg.get('find_unused_parameters', False))
+    if wrapper.get('type', 'MMDistributedDataParallel') == 'MMDistributedDataParallel':
+        wrapper['type'] = 'CPUDistributedDataParallel'
+    wrapper['device_ids'] = None
+    cfg.model_wrapper_cfg = wrapper

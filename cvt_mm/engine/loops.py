@@ -5,13 +5,13 @@ MMEngine's ``EpochBasedTrainLoop`` resumed from a checkpoint written mid-epoch t
 epoch again from its first batch, and its ``IterBasedTrainLoop`` replays every batch already
 trained on through the data loader (decoding and augmenting each image) to reach the resumed
 position. These subclasses start the data stream at the resumed batch instead
-(:meth:`cvt_mm.engine.data.ResumableBatchSampler.start_at`: only indices are drawn for the
+(:meth:`cvt_mm.engine.sampling.ResumableBatchSampler.start_at`: only indices are drawn for the
 skipped batches), and wrap the train dataloader so that each sample's augmentation depends on
-its place in the run, not on the worker that loads it (:mod:`cvt_mm.engine.data`). Together
-with :class:`cvt_mm.engine.random_state.ExactResumeHook` a resumed run trains on the same batches,
+its place in the run, not on the worker that loads it (:mod:`cvt_mm.engine.sampling`). Together
+with :class:`cvt_mm.engine.hooks.ExactResumeHook` a resumed run trains on the same batches,
 with the same augmentations and the same random draws, as the uninterrupted run.
 
-``tools/train.py`` swaps MMEngine's two loops for these (:func:`cvt_mm.engine.launch.
+``tools/train.py`` swaps MMEngine's two loops for these (:func:`cvt_mm.engine.runner_setup.
 prepare_training`). Example (a config used with another launcher)::
 
     train_cfg = dict(type='ResumableEpochBasedTrainLoop', max_epochs=12, val_interval=1)
@@ -30,7 +30,7 @@ from mmengine.runner.loops import (
 )
 from torch.utils.data import DataLoader
 
-from .data import ResumableBatchSampler, resumable_dataloader_cfg
+from .sampling import ResumableBatchSampler, resumable_dataloader_cfg
 
 __all__ = ['ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop']
 
@@ -53,7 +53,7 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
     """``EpochBasedTrainLoop`` that resumes mid-epoch at the next batch.
 
     Arguments as MMEngine's ``EpochBasedTrainLoop``. :attr:`resume_batch` (set by
-    :class:`~cvt_mm.engine.random_state.ExactResumeHook` from the checkpoint; by default
+    :class:`~cvt_mm.engine.hooks.ExactResumeHook` from the checkpoint; by default
     derived from the resumed iteration) is the number of batches of the current epoch
     already trained on.
     """

@@ -1,38 +1,15 @@
-"""Every rank's random states in every checkpoint, restored on the same rank where the
-uninterrupted run was.
-
-MMEngine resumes weights, optimizer, schedulers and the iteration, then seeds its generators
-afresh, so drop path, RoI sampling and every other draw of the training processes differ
-after a resume. :class:`ExactResumeHook` gathers the Python, NumPy, torch and CUDA generator
-states of all ranks to the rank that writes the checkpoint, with the data position (epoch,
-batches done), and on resume gives each rank its own states back at the point that matches
-the save: before the next batch, or at the epoch boundary. The data side (augmentation,
-sampling) is handled by :mod:`cvt_mm.engine.data` and :mod:`cvt_mm.engine.loops`.
-
-Example (a config used with another launcher than ``tools/train.py``)::
-
-    custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-    train_cfg = dict(type='ResumableEpochBasedTrainLoop', max_epochs=12)
-    custom_hooks = [dict(type='ExactResumeHook')]
+"""Capturing and restoring every random generator a training process draws from (Python,
+NumPy, torch, CUDA). :class:`~cvt_mm.engine.hooks.ExactResumeHook` saves them per rank in
+each checkpoint and restores them on resume.
 """
 from __future__ import annotations
 
 import random
-from typing import Optional
 
 import numpy as np
 import torch
-from mmengine.dist import gather_object, get_dist_info
-from mmengine.hooks import CheckpointHook, Hook
-from mmengine.logging import print_log
-from mmengine.registry import HOOKS
-from mmengine.runner.loops import IterBasedTrainLoop
 
-__all__ = ['capture_random_states', 'restore_random_states', 'ExactResumeHook']
-
-# Where in the resumed run the saved states apply (see ExactResumeHook._restore_point).
-_BEFORE_EPOCH, _BEFORE_BATCH, _END_OF_EPOCH = 'before_train_epoch', 'before_train_iter', \
-    'after_train_epoch'
+__all__ = ['capture_random_states', 'restore_random_states']
 
 
 def capture_random_states() -> dict:
@@ -59,155 +36,3 @@ def restore_random_states(states: dict) -> None:
     if states.get('cuda') is not None and torch.cuda.is_available():
         cuda = states['cuda']
         torch.cuda.set_rng_state(cuda[0] if isinstance(cuda, (list, tuple)) else cuda.cpu())
-
-
-def _checkpoint_hooks(runner) -> list:
-    return [h for h in runner.hooks if isinstance(h, CheckpointHook)]
-
-
-def _checkpoint_due(runner, event: str) -> bool:
-    """Whether a ``CheckpointHook`` of the runner saves at this ``after_train_iter`` or
-    ``after_train_epoch`` (its own conditions)."""
-    for hook in _checkpoint_hooks(runner):
-        if event == 'iter' and not hook.by_epoch and (
-                hook.every_n_train_iters(runner, hook.interval, hook.save_begin)
-                or (hook.save_last and hook.is_last_train_iter(runner))):
-            return True
-        if event == 'epoch' and hook.by_epoch and (
-                hook.every_n_epochs(runner, hook.interval, hook.save_begin)
-                or (hook.save_last and hook.is_last_train_epoch(runner))):
-            return True
-    return False
-
-
-@HOOKS.register_module()
-class ExactResumeHook(Hook):
-    """Save every rank's random states and the data position in each checkpoint; restore
-    them on resume, so that the resumed run continues exactly as the uninterrupted one.
-
-    What is saved (``checkpoint['resume_state']``): ``world_size``, ``epoch`` and ``batch``
-    (batches of that epoch done), ``epoch_length`` and ``random_states``, one entry per rank.
-    States are gathered (one collective) only at the iterations and epochs where a
-    ``CheckpointHook`` saves, and when :class:`~cvt_mm.engine.preemption.PreemptionHook`
-    saves. Validation inside training restores the states it found, so it never shifts the
-    training's random streams.
-
-    Resuming with another number of processes works and says that it is not exact: the epoch
-    continues at the same fraction of its batches, ranks that existed before get their states
-    back, new ranks keep fresh seeds.
-
-    Exactness needs the loops of :mod:`cvt_mm.engine.loops` (``tools/train.py`` uses them);
-    with MMEngine's loops, states are restored at the next epoch boundary.
-    """
-    # After ParamSchedulerHook (LOW, 70) and before CheckpointHook (VERY_LOW, 90).
-    priority = 80
-
-    def __init__(self):
-        self._collected: Optional[dict] = None
-        self._pending: Optional[dict] = None  # states of this rank and where they apply
-        self._around_val: Optional[dict] = None
-        self._loaded: Optional[dict] = None
-
-    # --------------------------------------------------------------------------- saving
-    def collect(self, runner, epoch: int, batch: int) -> None:
-        """Gather every rank's states to rank 0 for the checkpoint about to be written at
-        data position (``epoch``, ``batch`` done). A collective: every rank calls it."""
-        rank, world_size = get_dist_info()
-        states = capture_random_states()
-        gathered = gather_object(states, dst=0) if world_size > 1 else [states]
-        self._collected = dict(iter=runner.iter, world_size=world_size, epoch=epoch, batch=batch,
-                               epoch_length=len(runner.train_loop.dataloader),
-                               random_states=gathered)
-
-    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if _checkpoint_due(runner, 'iter'):
-            self.collect(runner, epoch=runner.epoch, batch=batch_idx + 1)
-
-    def after_train_epoch(self, runner) -> None:
-        self._restore_if_due(_END_OF_EPOCH)
-        if _checkpoint_due(runner, 'epoch'):
-            self.collect(runner, epoch=runner.epoch + 1, batch=0)
-
-    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        collected, self._collected = self._collected, None
-        if collected is None or collected.pop('iter') != runner.iter:
-            # A save no CheckpointHook schedule announced (e.g. a best checkpoint after
-            # validation): this rank's states only, no data position.
-            collected = dict(world_size=1, random_states=[capture_random_states()])
-        checkpoint['resume_state'] = collected
-
-    # --------------------------------------------------------------------------- loading
-    def after_load_checkpoint(self, runner, checkpoint: dict) -> None:
-        self._loaded = checkpoint.get('resume_state')
-
-    def before_train(self, runner) -> None:
-        # Applied here, when the runner has set the resumed iteration: a checkpoint loaded
-        # for fine-tuning (``load_from`` without resume) leaves the iteration at 0.
-        state, self._loaded = self._loaded, None
-        if state is None or runner.iter == 0:
-            return
-        rank, world_size = get_dist_info()
-        loop = runner.train_loop
-        batch = state.get('batch')
-        if batch is not None and state['world_size'] != world_size:
-            batch = self._rescale(runner, state, world_size)
-        if batch is not None and hasattr(loop, 'resume_batch'):
-            loop.resume_batch = batch
-        states = state['random_states']
-        if rank < len(states):
-            self._pending = dict(states=states[rank],
-                                 point=self._restore_point(loop, batch))
-
-    @staticmethod
-    def _restore_point(loop, batch: Optional[int]) -> str:
-        """Where the run was when the states were captured: at the end of an iteration
-        (before the next batch is fetched, after the epoch's data iterator exists), or at an
-        epoch boundary."""
-        if isinstance(loop, IterBasedTrainLoop):
-            return _BEFORE_BATCH
-        if not batch:
-            return _BEFORE_EPOCH
-        if batch >= len(loop.dataloader):
-            return _END_OF_EPOCH
-        return _BEFORE_BATCH
-
-    @staticmethod
-    def _rescale(runner, state: dict, world_size: int) -> int:
-        saved_ws, batch = state['world_size'], state['batch']
-        loop = runner.train_loop
-        if isinstance(loop, IterBasedTrainLoop):
-            new = round(batch * saved_ws / world_size)
-            where = f'iteration stream at batch {new} per process'
-        else:
-            length = len(loop.dataloader)
-            new = min(length, round(batch * length / max(state['epoch_length'], 1)))
-            where = f'epoch {state["epoch"] + 1} continues at batch {new + 1}/{length}'
-        if get_dist_info()[0] == 0:
-            print_log(
-                f'Resuming a checkpoint written by {saved_ws} processes with {world_size}: '
-                f'training continues, but not exactly as the original run would have. Each '
-                f'process now sees other batches ({where}, the same share of the data), '
-                'processes that did not exist before start from fresh random states. Resume '
-                f'with {saved_ws} processes to continue exactly.', logger='current',
-                level=30)
-        return new
-
-    def _restore_if_due(self, point: str) -> None:
-        if self._pending is not None and self._pending['point'] == point:
-            restore_random_states(self._pending['states'])
-            self._pending = None
-
-    def before_train_epoch(self, runner) -> None:
-        self._restore_if_due(_BEFORE_EPOCH)
-
-    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        self._restore_if_due(_BEFORE_BATCH)
-
-    # ------------------------------------------------------------------------ validation
-    def before_val(self, runner) -> None:
-        self._around_val = capture_random_states()
-
-    def after_val(self, runner) -> None:
-        if self._around_val is not None:
-            restore_random_states(self._around_val)
-            self._around_val = None

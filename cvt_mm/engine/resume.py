@@ -16,18 +16,25 @@ Example::
 from __future__ import annotations
 
 import glob
+import json
 import os
 import os.path as osp
 import re
 import time
 from typing import List, Optional, Tuple
 
-from ..checkpoint.io import CheckpointError
+import torch.distributed as torch_dist
+from mmengine.config import ConfigDict
+
+from ..checkpoint.io import CheckpointError, reading_once
 from ..checkpoint.loading import read_checkpoint
-from .preemption import read_heartbeat
+from .flags import flag_group
 
 __all__ = ['find_resumable_checkpoint', 'restart_count', 'checkpoint_progress',
-           'describe_restart']
+           'describe_restart', 'choose_resume', 'HEARTBEAT_FILE', 'read_heartbeat']
+
+#: Where :class:`~cvt_mm.engine.hooks.HeartbeatHook` records progress, in the work dir.
+HEARTBEAT_FILE = 'heartbeat.json'
 
 
 def _number(path: str) -> int:
@@ -103,7 +110,7 @@ def checkpoint_progress(path: str) -> Tuple[int, int]:
 
 def describe_restart(work_dir: str, checkpoint: Optional[str]) -> str:
     """One line for the log of a restarted run: the attempt, the checkpoint it resumes from
-    and the work lost since (from the :class:`~cvt_mm.engine.preemption.HeartbeatHook`
+    and the work lost since (from the :class:`~cvt_mm.engine.hooks.HeartbeatHook`
     record of the failed attempt)."""
     sources = []
     requeues, restarts = _count('SLURM_RESTART_COUNT'), _count('TORCHELASTIC_RESTART_COUNT')
@@ -137,3 +144,100 @@ def describe_restart(work_dir: str, checkpoint: Optional[str]) -> str:
             lost = (f'the failed attempt had not passed this checkpoint at its last record '
                     f'({when}): at most {slack} of training are lost')
     return f'{source}: {what}; {lost}.'
+
+
+def read_heartbeat(work_dir: str) -> Optional[dict]:
+    """The last :class:`HeartbeatHook` record of ``work_dir``, or None."""
+    path = osp.join(work_dir, HEARTBEAT_FILE)
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+def _say(message: str) -> None:
+    """Print once per job (rank 0), before MMEngine's logger exists."""
+    if os.environ.get('RANK', '0') == '0':
+        print(message, flush=True)
+
+
+def _choose_checkpoint(cfg, resume, restarted: bool) -> tuple:
+    """(path or None, the checkpoint's seed or None), and the log lines; see
+    :func:`choose_resume`."""
+    # The candidates, the chosen file's seed and the restart message read each file once.
+    with reading_once():
+        path = None
+        if resume == 'auto' or restarted:
+            path, skipped = find_resumable_checkpoint(cfg.work_dir)
+            for line in skipped:
+                _say(f'--resume: {line}')
+            if restarted:
+                _say(describe_restart(cfg.work_dir, path))
+            if path is None and resume not in (None, 'auto'):
+                path = resume  # restarted before the first checkpoint: the file asked for
+        elif resume is not None:
+            path = resume
+        if path is None:
+            if resume == 'auto':
+                _say(f'--resume: no checkpoint to resume from in {cfg.work_dir}; training '
+                     'starts at the beginning')
+            return None, None
+        checkpoint = read_checkpoint(path)  # a clear error for a missing or damaged file
+        if not restarted:
+            _say(f'--resume: resuming from {path}')
+        return path, checkpoint.get('meta', {}).get('seed')
+
+
+def choose_resume(cfg, resume) -> None:
+    """Decide what the run continues from, in place (``cfg.resume``, ``cfg.load_from``,
+    ``cfg.randomness.seed``), and say it.
+
+    * ``resume='auto'`` (``--resume`` without a file): the newest complete checkpoint of the
+      work dir (:func:`~cvt_mm.engine.resume.find_resumable_checkpoint`), or the start.
+    * a path: that checkpoint (a clear error when it cannot be read).
+    * after a torchrun restart or a slurm requeue (:func:`~cvt_mm.engine.resume.restart_count`
+      > 0): the newest complete checkpoint of the work dir whatever was passed, since the
+      failed attempt may have written newer ones; the log line says which, and how much work
+      the failure cost (:func:`~cvt_mm.engine.resume.describe_restart`).
+
+    When resuming, a config without a fixed seed takes the checkpoint's, so the data order
+    and the per-sample augmentation seeds continue as before.
+
+    When the process group is up (``tools/train.py`` starts it before this, for torchrun and
+    slurm: :func:`prepare_distributed`), rank 0 alone chooses and every rank takes its choice,
+    or its error: ranks looking on their own could see different files (a save landing in
+    between) and resume from different iterations. Without a process group (a Runner built
+    by other code) each rank chooses for itself.
+
+    Args:
+        cfg (Config): the run's config.
+        resume (str | None): ``'auto'``, a checkpoint path, or None (no ``--resume``).
+    """
+    restarted = restart_count() > 0
+    shared = torch_dist.is_available() and torch_dist.is_initialized() and \
+        torch_dist.get_world_size() > 1
+    choice = [None, None, None]  # path, seed, error
+    if not shared or torch_dist.get_rank() == 0:
+        try:
+            choice[:2] = _choose_checkpoint(cfg, resume, restarted)
+        except Exception as err:  # noqa: BLE001 - every rank raises it, below
+            if not shared:
+                raise
+            choice[2] = err
+    if shared:
+        torch_dist.broadcast_object_list(choice, src=0, group=flag_group())
+    path, seed, error = choice
+    if error is not None:
+        raise error
+    if path is None:
+        if resume == 'auto':
+            cfg.load_from = None
+        cfg.resume = False
+        return
+    cfg.resume = True
+    cfg.load_from = path
+    randomness = cfg.get('randomness') or ConfigDict()
+    if randomness.get('seed') is None and seed is not None:
+        randomness['seed'] = seed
+        cfg.randomness = randomness

@@ -30,7 +30,11 @@ from mmengine.registry import DefaultScope
 from PIL import Image
 
 import cvt_mm  # noqa: F401  (registers the backbones and ClassesCheckHook)
-from cvt_mm.engine.hooks import classifying_heads, data_problems, head_problems
+from cvt_mm.engine.hooks.classes_check_hook import (
+    classifying_heads,
+    data_problems,
+    head_problems,
+)
 
 from helpers import ROOT, build_model_from_config, load_tool, run_tool
 

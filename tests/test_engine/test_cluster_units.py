@@ -20,16 +20,17 @@ from mmengine.hooks import Hook
 from torch.utils.data import DataLoader
 
 import cvt_mm  # noqa: F401
-from cvt_mm.engine.data import (
+from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
+from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
+from cvt_mm.engine.runner_setup import prepare_training
+from cvt_mm.engine.sampling import (
     ResumableBatchSampler,
     SampleIndex,
     SeededSampleDataset,
     derive_sample_seed,
     resumable_dataloader_cfg,
 )
-from cvt_mm.engine.launch import first_slurm_host, prepare_training, slurm_environment
-from cvt_mm.engine.preemption import STOPPED_EXIT_CODE, PreemptionHook
-from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
+from cvt_mm.engine.slurm import first_slurm_host, slurm_environment
 
 from helpers import ROOT
 
@@ -174,7 +175,7 @@ ORPHAN_PARENT = textwrap.dedent('''
     from mmengine.registry import FUNCTIONS
     from torch.utils.data import DataLoader
     import cvt_mm  # noqa
-    from cvt_mm.engine.data import guarded_worker_init_cfg
+    from cvt_mm.engine.workers import guarded_worker_init_cfg
 
     class Slow:
         def __len__(self): return 10**6
@@ -350,7 +351,7 @@ DEAD_PEER = textwrap.dedent('''
     import os, sys, time, types
     import torch.distributed as dist
     import cvt_mm  # noqa
-    from cvt_mm.engine.preemption import PreemptionHook
+    from cvt_mm.engine.hooks import PreemptionHook
 
     dist.init_process_group('gloo')
     if dist.get_rank() == 1:
@@ -400,7 +401,7 @@ class SignalBetweenReads(PreemptionHook):
 
 
 def test_a_rank_stops_exactly_when_the_flag_it_sent_says_so(monkeypatch):
-    from cvt_mm.engine import preemption
+    from cvt_mm.engine.hooks import preemption_hook as preemption
     sent = []
 
     def all_reduce(tensor, op=None, group=None, async_op=False):
@@ -423,8 +424,8 @@ SIDE_GROUP = textwrap.dedent('''
     import torch.distributed as dist
     import cvt_mm  # noqa
     from cvt_mm.engine.hooks import FiniteLossHook
-    from cvt_mm.engine.launch import finish_distributed
-    from cvt_mm.engine.preemption import PreemptionHook
+    from cvt_mm.engine.process_group import finish_distributed
+    from cvt_mm.engine.hooks import PreemptionHook
 
     dist.init_process_group('gloo')
     world = dist.group.WORLD
@@ -547,21 +548,25 @@ class SignalAt(Hook):
 
 
 def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, resume=None,
-                signals=('SIGUSR1', )):
-    """An iteration-based run of ``tools/train.py``'s pieces: the resumable loop, exact
-    resume, the stop on ``signals``; one optimizer step every ``accumulative_counts``
-    iterations."""
+                signals=('SIGUSR1', ), max_epochs=None, checkpoint=None):
+    """A run of ``tools/train.py``'s pieces: the resumable loop (iteration-based, or
+    epoch-based with ``max_epochs``; 12 iterations per epoch), exact resume, the stop on
+    ``signals``; one optimizer step every ``accumulative_counts`` iterations; ``checkpoint``:
+    the CheckpointHook's settings."""
     from mmengine.runner import Runner
     torch.manual_seed(0)  # the initial weights
+    by_epoch = max_epochs is not None
     runner = Runner(
         model=_toy_model(), work_dir=str(work_dir), experiment_name=name,
         train_dataloader=dict(dataset=ToyData(), batch_size=2, num_workers=0,
-                              sampler=dict(type='InfiniteSampler', shuffle=True)),
+                              sampler=dict(type='DefaultSampler' if by_epoch else
+                                           'InfiniteSampler', shuffle=True)),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9),
                            accumulative_counts=accumulative_counts),
-        train_cfg=dict(type='ResumableIterBasedTrainLoop', max_iters=max_iters),
-        default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False,
-                                           interval=100)),
+        train_cfg=dict(type='ResumableEpochBasedTrainLoop', max_epochs=max_epochs) if by_epoch
+        else dict(type='ResumableIterBasedTrainLoop', max_iters=max_iters),
+        default_hooks=dict(checkpoint=dict(type='CheckpointHook', **(checkpoint or dict(
+            by_epoch=False, interval=100)))),
         custom_hooks=[dict(type='ExactResumeHook'),
                       dict(type='PreemptionHook', signals=signals)],
         randomness=dict(seed=0), resume=resume is not None, load_from=resume,
@@ -576,7 +581,7 @@ def test_a_stop_inside_gradient_accumulation_waits_for_the_optimizer_step(tmp_pa
     iteration 4, where the step has used both halves of the gradient; the resumed run ends
     with the uninterrupted run's weights, having trained on the same batches with the same
     augmentations and random draws."""
-    from cvt_mm.engine.preemption import TrainingPreempted
+    from cvt_mm.engine.hooks import TrainingPreempted
     full, interrupted = [], []
     _toy_runner(tmp_path / 'a', f'{tmp_path.name}_a', [Recorder(full)]).train()
     runner = _toy_runner(tmp_path / 'b', f'{tmp_path.name}_b',
@@ -593,11 +598,50 @@ def test_a_stop_inside_gradient_accumulation_waits_for_the_optimizer_step(tmp_pa
     assert all(torch.equal(a[k], b[k]) for k in a)
 
 
+def _checkpoints(folder):
+    return sorted(p.name for p in folder.glob('*.pth'))
+
+
+def test_the_preemption_checkpoint_counts_in_the_checkpoint_hooks_max_keep_ckpts(tmp_path):
+    """Saved through CheckpointHook's own path, the preemption checkpoint is one of the
+    checkpoints max_keep_ckpts bounds, and last_checkpoint points to it; before, it was
+    written beside the hook and stayed for ever."""
+    from cvt_mm.engine.hooks import TrainingPreempted
+    hook = dict(by_epoch=False, interval=2, max_keep_ckpts=2)
+    runner = _toy_runner(tmp_path, 'keep', [SignalAt(3)], accumulative_counts=1,
+                         checkpoint=hook)
+    with pytest.raises(TrainingPreempted) as stopped:
+        runner.train()
+    assert _checkpoints(tmp_path) == ['iter_2.pth', 'iter_3.pth']
+    assert (tmp_path / 'last_checkpoint').read_text() == stopped.value.checkpoint
+    _toy_runner(tmp_path, 'keep2', accumulative_counts=1, checkpoint=hook,
+                resume=stopped.value.checkpoint).train()
+    assert _checkpoints(tmp_path) == ['iter_6.pth', 'iter_8.pth']
+
+
+def test_a_mid_epoch_preemption_checkpoint_goes_once_the_epoch_is_saved(tmp_path):
+    """An epoch-based CheckpointHook cannot name a mid-epoch checkpoint: it is iter_N.pth,
+    resumed from, and removed once the hook has saved a newer one (max_keep_ckpts > 0)."""
+    from cvt_mm.engine.hooks import TrainingPreempted
+    hook = dict(by_epoch=True, interval=1, max_keep_ckpts=1)
+    runner = _toy_runner(tmp_path, 'epochs', [SignalAt(15)], accumulative_counts=1,
+                         max_epochs=3, checkpoint=hook)
+    with pytest.raises(TrainingPreempted) as stopped:
+        runner.train()
+    assert _checkpoints(tmp_path) == ['epoch_1.pth', 'iter_15.pth']
+    assert (tmp_path / 'last_checkpoint').read_text() == stopped.value.checkpoint
+    log = []
+    _toy_runner(tmp_path, 'epochs2', [Recorder(log)], accumulative_counts=1, max_epochs=3,
+                checkpoint=hook, resume=stopped.value.checkpoint).train()
+    assert log[0][0] == 16  # resumed mid-epoch
+    assert _checkpoints(tmp_path) == ['epoch_3.pth']
+
+
 LATE_SIGTERM = textwrap.dedent('''
     import os, signal, sys, time
     sys.path[:0] = sys.argv[2:]
     from test_cluster_units import SignalAt, _toy_runner
-    from cvt_mm.engine.preemption import TrainingPreempted
+    from cvt_mm.engine.hooks import TrainingPreempted
 
     runner = _toy_runner(sys.argv[1], 'late', [SignalAt(3)], signals=('SIGTERM', 'SIGUSR1'))
     try:
@@ -614,7 +658,7 @@ LATE_SIGTERM = textwrap.dedent('''
 def test_a_launchers_sigterm_after_the_checkpoint_keeps_the_preempted_exit_code(tmp_path):
     """A rank killed by the launcher's SIGTERM after the checkpoint would report a death by
     signal, and tools/slurm_sbatch.sh requeues only on the preempted exit code."""
-    from cvt_mm.engine.preemption import PREEMPTED_EXIT_CODE
+    from cvt_mm.engine.hooks import PREEMPTED_EXIT_CODE
     proc = subprocess.run([sys.executable, '-c', LATE_SIGTERM, str(tmp_path),
                            os.path.dirname(__file__), os.path.join(ROOT, 'tests'), ROOT],
                           capture_output=True, text=True, timeout=300)
@@ -630,7 +674,8 @@ CHOOSE = textwrap.dedent('''
     from mmengine.config import Config
     import cvt_mm  # noqa
     from cvt_mm.engine import resume
-    from cvt_mm.engine.launch import choose_resume, finish_distributed
+    from cvt_mm.engine.process_group import finish_distributed
+    from cvt_mm.engine.resume import choose_resume
 
     work, rank = sys.argv[1], int(os.environ['RANK'])
     looked = os.path.join(work, 'rank_0_looked')
@@ -678,7 +723,7 @@ def test_every_rank_resumes_from_the_checkpoint_rank_0_chose(tmp_path):
 def test_the_resumed_checkpoint_is_read_once(tmp_path, monkeypatch):
     """Choosing the checkpoint, taking its seed and describing the restart read it once,
     mapped rather than copied into memory."""
-    from cvt_mm.engine.launch import choose_resume
+    from cvt_mm.engine.resume import choose_resume
     path = str(tmp_path / 'iter_6.pth')
     torch.save({'state_dict': {'w': torch.ones(3)}, 'optimizer': {},
                 'meta': {'iter': 6, 'epoch': 1, 'seed': 7}}, path)

@@ -1,4 +1,4 @@
-"""Stopping cleanly when the scheduler says so, and leaving a trace for restarts.
+"""Stopping cleanly when the scheduler says so (:class:`PreemptionHook`).
 
 * :class:`PreemptionHook`: on SIGTERM (slurm preemption, ``scancel``, Kubernetes eviction,
   torchrun shutting its workers down) or SIGUSR1 (``sbatch --signal=USR1@90``), every rank
@@ -10,8 +10,6 @@
   SIGTERM to the survivors), no checkpoint is written and the process exits with
   :data:`STOPPED_EXIT_CODE` within ``agree_timeout`` seconds; a restart resumes from the last
   complete checkpoint.
-* :class:`HeartbeatHook`: rank 0 records how far training got in ``WORK_DIR/heartbeat.json``,
-  so that a restart can say how much work the failure cost.
 
 Example (a config used with another launcher than ``tools/train.py``)::
 
@@ -20,15 +18,12 @@ Example (a config used with another launcher than ``tools/train.py``)::
 """
 from __future__ import annotations
 
-import json
 import os
-import os.path as osp
 import signal
 import sys
 import threading
 import time
-import weakref
-from typing import Callable, Optional, Sequence
+from typing import Optional, Sequence
 
 import torch
 import torch.distributed as torch_dist
@@ -37,18 +32,20 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
-from ..checkpoint.io import write_atomically
-from .random_state import ExactResumeHook
+from ..flags import flag_group, timed
+from .exact_resume_hook import ExactResumeHook
 
-__all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook',
-           'HeartbeatHook', 'HEARTBEAT_FILE', 'read_heartbeat', 'flag_group']
+__all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook']
+
+# The message hub's record of the mid-epoch checkpoints of an epoch-based run (see _save).
+_MID_EPOCH_CHECKPOINTS = 'preemption_mid_epoch_checkpoints'
 
 #: Exit code after a preemption checkpoint was written (``EX_TEMPFAIL``: try again later).
 PREEMPTED_EXIT_CODE = 75
+
 #: Exit code when a stop signal came but the ranks could not agree on a checkpoint
 #: (128 + SIGTERM, what a shell reports for a process ended by SIGTERM).
 STOPPED_EXIT_CODE = 143
-HEARTBEAT_FILE = 'heartbeat.json'
 
 
 class TrainingPreempted(SystemExit):
@@ -65,63 +62,12 @@ class TrainingPreempted(SystemExit):
         self.checkpoint, self.signal_name = checkpoint, signal_name
 
 
-# Default process group -> the gloo group the per-iteration flags travel on beside it (None:
-# the default group itself). Weak keys: a group kept alive here after destroy_process_group
-# keeps gloo's threads running into interpreter shutdown, which sometimes aborts the process
-# ("terminate called without an active exception") after a run that finished.
-_flag_groups: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
-
-
-def flag_group():
-    """The process group of the small per-iteration flags (a stop request, a non-finite
-    loss): None (the default group) when the default group runs gloo for CPU tensors,
-    otherwise a gloo group of all ranks beside it, created once per default group.
-
-    Under NCCL an all-reduce returns as soon as it is queued, so a wait on it with a timeout
-    cannot tell a dead peer; on gloo it blocks until every rank has answered and raises when
-    a peer's connection is gone. The flags live on the CPU, so no GPU synchronisation is
-    added either. Every rank must make the first call at the same point (creating the group
-    is a collective): the hooks make it in ``before_train``.
-
-    Returns:
-        ProcessGroup | None: the group to pass to the flag collectives.
-    """
-    default = torch_dist.group.WORLD
-    if default not in _flag_groups:
-        backend = str(torch_dist.get_backend()).lower()
-        _flag_groups[default] = None if 'gloo' in backend else torch_dist.new_group(
-            backend='gloo')
-    return _flag_groups[default]
-
-
 def _optimizer_stepped(runner) -> bool:
     """Whether the iteration that just ended stepped the optimizer (with gradient
     accumulation, ``accumulative_counts > 1``, only every n-th iteration does)."""
     wrapper = getattr(runner, 'optim_wrapper', None)
     wrappers = wrapper.values() if hasattr(wrapper, 'optim_wrappers') else [wrapper]
     return all(w.should_update() for w in wrappers if hasattr(w, 'should_update'))
-
-
-def _timed(fn: Callable[[], object], timeout: float) -> bool:
-    """Run a collective in a helper thread; False when it raised or did not finish within
-    ``timeout`` seconds (a peer has died: gloo raises, NCCL would block)."""
-    outcome = {}
-    # The CUDA device is per thread: the helper must use the caller's (NCCL collectives).
-    device = torch.cuda.current_device() if torch.cuda.is_initialized() else None
-
-    def target():
-        try:
-            if device is not None:
-                torch.cuda.set_device(device)
-            fn()
-            outcome['ok'] = True
-        except Exception as err:  # noqa: BLE001 - reported by the caller
-            outcome['error'] = err
-
-    thread = threading.Thread(target=target, name='cvt_mm-preemption', daemon=True)
-    thread.start()
-    thread.join(timeout)
-    return bool(outcome.get('ok'))
 
 
 @HOOKS.register_module()
@@ -135,10 +81,10 @@ class PreemptionHook(Hook):
     learning-rate step, as if a ``CheckpointHook`` saved there. With gradient accumulation
     (``optim_wrapper.accumulative_counts`` n > 1) the stop waits for the iteration whose
     optimizer step uses the accumulated gradient, at most n - 1 iterations more. The
-    checkpoint is named as ``CheckpointHook`` names iteration checkpoints (``iter_N.pth``, in its
-    ``out_dir``) and ``last_checkpoint`` points to it. Further signals during the save are
-    noted and ignored; the file appears complete or not at all (atomic rename), also if the
-    process is killed.
+    checkpoint is written through the ``CheckpointHook``'s saving path (its file names,
+    ``max_keep_ckpts`` and ``last_checkpoint``; mid-epoch in an epoch-based run, ``iter_N.pth``).
+    Further signals during the save are noted and ignored; the file appears complete or not at
+    all (atomic rename), also if the process is killed.
 
     Args:
         signals (Sequence[str]): signals that ask for the stop.
@@ -215,7 +161,7 @@ class PreemptionHook(Hook):
             reduce()
             return bool(flag.item())
         # This rank will stop: never block on a peer that may be gone.
-        if not _timed(reduce, self.agree_timeout):
+        if not timed(reduce, self.agree_timeout):
             return None
         return True
 
@@ -237,6 +183,59 @@ class PreemptionHook(Hook):
             print_log(f'{self.requested or "a stop request of another process"}: stopping at '
                       'the next optimizer step (gradient accumulation)', logger='current')
 
+    # ------------------------------------------------------------------------- saving
+    @staticmethod
+    def _checkpoint_hook(runner) -> CheckpointHook:
+        hook = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+        if hook is None:  # a runner built without MMEngine's default hooks
+            hook = CheckpointHook(interval=-1, by_epoch=False)
+            hook.before_train(runner)
+        return hook
+
+    def _save(self, runner) -> str:
+        """Save on every rank (rank 0 writes) through the ``CheckpointHook``'s own saving
+        path: its folder, file name template, storage backend, ``max_keep_ckpts``,
+        ``last_checkpoint`` and the message hub's ``last_ckpt``, always with optimizer and
+        schedulers (the checkpoint is there to be resumed from).
+
+        An epoch-based hook cannot name a checkpoint taken mid-epoch: it is then written as
+        ``iter_N.pth`` outside the hook's count, and removed once the hook has saved a newer
+        one, when the hook keeps a bounded number (``max_keep_ckpts > 0``).
+
+        Returns:
+            str: the checkpoint's path.
+        """
+        hook, step = self._checkpoint_hook(runner), runner.iter + 1
+        # The process exits after this save: the hook's settings need no restoring.
+        hook.save_optimizer = hook.save_param_scheduler = True
+        if hook.by_epoch:
+            hook.by_epoch, hook.filename_tmpl, hook.max_keep_ckpts = False, 'iter_{}.pth', -1
+            path = hook.file_backend.join_path(hook.out_dir, hook.filename_tmpl.format(step))
+            # Recorded before the save, so that the resumed run finds it in the checkpoint.
+            runner.message_hub.update_info(
+                _MID_EPOCH_CHECKPOINTS,
+                list(runner.message_hub.get_info(_MID_EPOCH_CHECKPOINTS) or []) + [path])
+        hook._save_checkpoint_with_step(runner, step, dict(epoch=runner.epoch, iter=step))
+        return hook.last_ckpt
+
+    def _remove_replaced_mid_epoch_checkpoints(self, runner) -> None:
+        recorded = runner.message_hub.get_info(_MID_EPOCH_CHECKPOINTS) or []
+        hook = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+        if (not recorded or hook is None or hook.max_keep_ckpts <= 0
+                or runner.message_hub.get_info('last_ckpt') in recorded):
+            return  # kept: every checkpoint is, or none newer has been saved yet
+        if get_dist_info()[0] == 0:
+            for path in recorded:
+                if hook.file_backend.isfile(path):
+                    hook.file_backend.remove(path)
+        runner.message_hub.update_info(_MID_EPOCH_CHECKPOINTS, [])
+
+    def before_train_epoch(self, runner) -> None:
+        self._remove_replaced_mid_epoch_checkpoints(runner)
+
+    def after_train(self, runner) -> None:
+        self._remove_replaced_mid_epoch_checkpoints(runner)
+
     def _give_up(self, runner, why: str) -> None:
         rank = get_dist_info()[0]
         print_log(f'[rank {rank}] {self.requested}: {why}; exiting without a checkpoint '
@@ -253,32 +252,24 @@ class PreemptionHook(Hook):
         signal_name = self.requested or 'a stop request of another process'
         exact = next((h for h in runner.hooks if isinstance(h, ExactResumeHook)), None)
         if exact is not None:
-            if not _timed(lambda: exact.collect(runner, epoch=runner.epoch, batch=batch_idx + 1),
+            if not timed(lambda: exact.collect(runner, epoch=runner.epoch, batch=batch_idx + 1),
                           self.agree_timeout):
                 self._give_up(runner, 'the random states of every process could not be '
                               'gathered')
-        ckpt_hook = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
-        out_dir = getattr(ckpt_hook, 'out_dir', None) or runner.work_dir
-        filename = f'iter_{runner.iter + 1}.pth'
-        path = osp.join(out_dir, filename)
         if rank == 0:
             print_log(f'{signal_name}: stopping after iteration {runner.iter + 1} on every '
-                      f'process; saving {path}', logger='current')
-            started = time.time()
-            runner.save_checkpoint(
-                out_dir, filename, save_optimizer=True, save_param_scheduler=True,
-                meta=dict(epoch=runner.epoch, iter=runner.iter + 1), by_epoch=False,
-                backend_args=getattr(ckpt_hook, 'backend_args', None))
-            write_atomically(path, osp.join(runner.work_dir, 'last_checkpoint'))
-            runner.message_hub.update_info('last_ckpt', path)
-            print_log(f'Preemption checkpoint written in {time.time() - started:.1f} s; exit '
-                      f'code {PREEMPTED_EXIT_CODE}. Continue with tools/train.py CONFIG '
+                      'process; saving a checkpoint', logger='current')
+        started = time.time()
+        path = self._save(runner)
+        if rank == 0:
+            print_log(f'Preemption checkpoint {path} written in {time.time() - started:.1f} s; '
+                      f'exit code {PREEMPTED_EXIT_CODE}. Continue with tools/train.py CONFIG '
                       '--resume (restarts and requeues resume by themselves).',
                       logger='current')
         if world_size > 1:
             # The others wait for the file, so the launcher does not tear rank 0 down mid-save.
             group = flag_group()
-            if not _timed(lambda: torch_dist.barrier(group=group), self.save_timeout):
+            if not timed(lambda: torch_dist.barrier(group=group), self.save_timeout):
                 self._give_up(runner, 'rank 0 did not finish the checkpoint')
             torch_dist.destroy_process_group()
         # Every rank's part is saved and each exits with PREEMPTED_EXIT_CODE. Launchers end
@@ -289,51 +280,3 @@ class PreemptionHook(Hook):
             signal.signal(signum, signal.SIG_IGN)
         self._previous.clear()
         raise TrainingPreempted(path, signal_name)
-
-
-@HOOKS.register_module()
-class HeartbeatHook(Hook):
-    """Rank 0 writes ``WORK_DIR/heartbeat.json`` (iteration, epoch, wall time, seconds per
-    iteration) at most every ``interval`` seconds and at every checkpoint, atomically. After
-    a failure, the restart compares it with the checkpoint it resumes from to report the work
-    lost (:func:`cvt_mm.engine.resume.describe_restart`).
-
-    Args:
-        interval (float): seconds between writes. Defaults to 10.
-    """
-    priority = 'LOWEST'
-
-    def __init__(self, interval: float = 10.0):
-        self.interval = interval
-        self._last_write = 0.0
-        self._start: Optional[tuple] = None
-
-    def before_train(self, runner) -> None:
-        self._start = (time.time(), runner.iter)
-
-    def _write(self, runner, iteration: int) -> None:
-        now = time.time()
-        self._last_write = now
-        start_time, start_iter = self._start or (now, iteration)
-        done = iteration - start_iter
-        record = dict(iter=iteration, epoch=runner.epoch, time=now, interval=self.interval,
-                      seconds_per_iter=(now - start_time) / done if done > 0 else None)
-        write_atomically(json.dumps(record), osp.join(runner.work_dir, HEARTBEAT_FILE))
-
-    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
-        if get_dist_info()[0] == 0 and time.time() - self._last_write >= self.interval:
-            self._write(runner, runner.iter + 1)
-
-    def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
-        # Called on the saving rank: the record is never older than the newest checkpoint.
-        self._write(runner, int(checkpoint.get('meta', {}).get('iter', runner.iter)))
-
-
-def read_heartbeat(work_dir: str) -> Optional[dict]:
-    """The last :class:`HeartbeatHook` record of ``work_dir``, or None."""
-    path = osp.join(work_dir, HEARTBEAT_FILE)
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
