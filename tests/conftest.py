@@ -24,6 +24,7 @@ SHARED_FIXTURE_GROUPS = {'test_distributed': 'dist_train', 'test_detseg_tools': 
                          'test_benchmarks': 'transformers5', 'test_integration': 'transformers5'}
 
 
+@pytest.hookimpl(optionalhook=True)  # pytest without xdist (a GPU node's) runs the suite too
 def pytest_xdist_make_scheduler(config, log):
     """xdist's per-module scheduling (``--dist loadscope``) with the groups above."""
     from xdist.scheduler import LoadScopeScheduling
