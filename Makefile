@@ -28,19 +28,27 @@ lint: env
 	$(PY) -m ruff check .
 	$(PY) .dev_scripts/check_redefinitions.py
 
-# On a CUDA machine after `make test`: one table of CUDA checks (tools/analysis_tools/gpu_check.py);
-# without CUDA, a small rehearsal of the same checks on the CPU. With WHEELHOUSE=DIR (an offline
-# GPU node with its own CUDA torch) the stack is first installed from DIR into .gpu-site.
+# On a CUDA machine after `make test`: the GPU checks, tests marked `gpu` (tests/test_gpu/), then
+# one table of them (tools/analysis_tools/gpu_check.py); without CUDA, a small rehearsal of the
+# same tests on the CPU. With WHEELHOUSE=DIR (an offline GPU node with its own CUDA torch) the
+# stack is first installed from DIR into .gpu-site. GPU_CHECK_PYTEST adds pytest options
+# (GPU_CHECK_PYTEST='-k parity'); the JUnit XML goes beside GPU_CHECK_OUT.
+GPU_CHECK_TESTS ?= tests/test_gpu
+GPU_CHECK_PYTEST ?=
 gpu-check:
-	@start=$$(date +%s); \
+	@set -e; start=$$(date +%s); \
 	if [ -n "$(WHEELHOUSE)" ]; then \
-		bash tools/misc/setup_gpu_node.sh "$(WHEELHOUSE)" && \
-		. "$${CVT_MM_GPU_SITE:-.gpu-site}/env.sh" && py=$${PYTHON:-python3}; \
+		bash tools/misc/setup_gpu_node.sh "$(WHEELHOUSE)"; \
+		. "$${CVT_MM_GPU_SITE:-.gpu-site}/env.sh"; py=$${PYTHON:-python3}; \
 	else \
-		bash tools/misc/setup_env.sh && py=$(PY); \
-	fi && \
-	$$py tools/analysis_tools/gpu_check.py --out "$(GPU_CHECK_OUT)" \
-		--setup-seconds $$(( $$(date +%s) - start ))
+		bash tools/misc/setup_env.sh; py=$(PY); \
+	fi; \
+	setup=$$(( $$(date +%s) - start )); junit="$(basename $(GPU_CHECK_OUT)).xml"; \
+	mkdir -p "$$(dirname "$$junit")"; rm -f "$$junit"; rc=0; \
+	$$py -m pytest $(GPU_CHECK_TESTS) -m gpu -o junit_family=xunit1 --junitxml="$$junit" \
+		$(GPU_CHECK_PYTEST) || rc=$$?; \
+	$$py tools/analysis_tools/gpu_check.py "$$junit" --out "$(GPU_CHECK_OUT)" \
+		--setup-seconds $$setup --pytest-exit $$rc
 
 # Where PyPI is reachable: what `make gpu-check WHEELHOUSE=...` installs on an offline node.
 wheelhouse:
