@@ -119,7 +119,7 @@ cat > "$site/env.sh" <<ENV
 # source this file to use the packages of $site with the node's torch
 export PYTHONPATH="$site:$root\${PYTHONPATH:+:\$PYTHONPATH}"
 ENV
-"$py" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm; \
+"$py" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm, pytest; \
 from mmengine.utils.dl_utils import collect_env; collect_env(); \
 print('setup_gpu_node: imports fine; mmcv', mmcv.__version__, 'CUDA ops', mmcv.ops.get_compiling_cuda_version())" \
     || { echo "setup_gpu_node: the stack does not import; a package the node lacks may be missing from the wheelhouse" >&2; exit 1; }
