@@ -1,7 +1,6 @@
-"""Multi-head attention for CvT and CMT: PyTorch's fused ``scaled_dot_product_attention``
-where it applies, chunked over queries so that no path holds a full score matrix of a large
-image, a backward for CMT's additive position bias that does not keep the probabilities, and
-a reference implementation the tests compare with.
+"""Multi-head attention of CvT and CMT, ``softmax(q kᵀ * scale + bias) v``: the formula as
+written (:func:`reference_attention`, which the tests compare with) and the dispatch to the
+fused kernels of :mod:`.fused_attention`, which the models run by default.
 """
 from __future__ import annotations
 
@@ -11,13 +10,7 @@ import torch
 import torch.nn.functional as F
 from einops import rearrange
 
-# Above this many score elements per call (batch x heads x queries x keys) the attention is
-# evaluated in query chunks, so no backend (CPU math fallback, autograd) ever holds the full
-# score matrix. 2**26 fp32 elements = 256 MiB.
-MAX_SCORE_ELEMENTS = 2 ** 26
-# Scores per chunk in BiasGradAttention's backward: 2 MiB of fp32 probabilities stay in
-# cache; the fastest of the sizes measured (docs/benchmarks.md, "What changed").
-BACKWARD_CHUNK_SCORES = 2 ** 19
+from .fused_attention import sdpa_attention
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
@@ -44,117 +37,28 @@ def reference_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale
     return torch.matmul(attn, v)
 
 
-class BiasGradAttention(torch.autograd.Function):
-    """``softmax(q kᵀ * scale + bias) v`` for a ``bias`` that needs a gradient, on the CPU.
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+              bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+              use_sdpa: bool = True) -> torch.Tensor:
+    """``softmax(q kᵀ * scale + bias) v`` on (B, heads, N, d) tensors.
 
-    PyTorch's fused CPU attention kernel takes an additive mask but gives it no gradient, so
-    ``scaled_dot_product_attention`` falls back to its unfused math path whenever the mask
-    requires grad -- CMT's trained relative-position bias in every training step, which then
-    keeps the full probability matrix for the backward (measured: docs/benchmarks.md, "What
-    changed"). Here the forward runs the fused kernel on the detached bias and keeps only its
-    output; the backward recomputes the probabilities ``query_rows`` queries at a time and
-    returns the exact gradients of q, k, v and the bias (summed over the dimensions it was
-    broadcast on).
+    Args:
+        q, k, v (torch.Tensor): per-head queries, keys and values (:func:`split_heads`).
+        scale (float): multiplies the scores before the softmax.
+        bias (torch.Tensor, optional): added to the scores, broadcastable to
+            (B, heads, Nq, Nk), e.g. CMT's (heads, Nq, Nk) relative position bias; cast to
+            ``q``'s dtype. Default None.
+        dropout_p (float): dropout on the attention probabilities. Default 0.
+        use_sdpa (bool): the fused kernels (:func:`.fused_attention.sdpa_attention`);
+            ``False`` runs :func:`reference_attention`. Default True.
 
     Example::
 
-        >>> q, k, v = (torch.randn(2, 1, 64, 16, requires_grad=True) for _ in range(3))
-        >>> bias = torch.randn(1, 1, 64, 64, requires_grad=True)
-        >>> out = BiasGradAttention.apply(q, k, v, bias, 0.25, 32)
-        >>> out.sum().backward()
-        >>> bias.grad.shape
-        torch.Size([1, 1, 64, 64])
+        >>> q = k = v = torch.randn(2, 4, 49, 16)
+        >>> attention(q, k, v, 0.25, bias=torch.zeros(4, 49, 49)).shape
+        torch.Size([2, 4, 49, 16])
     """
-
-    @staticmethod
-    def forward(ctx, q, k, v, bias, scale: float, query_rows: int):
-        # Detached: the kernel choice looks at requires_grad, which the bias still reports
-        # with autograd off in here.
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=bias.detach(), scale=scale)
-        ctx.save_for_backward(q, k, v, bias, out)
-        ctx.scale, ctx.query_rows = scale, query_rows
-        return out
-
-    @staticmethod
-    def backward(ctx, grad_out):
-        q, k, v, bias, out = ctx.saved_tensors
-        scale, rows = ctx.scale, ctx.query_rows
-        nq = q.shape[-2]
-        # Sums over query chunks accumulate in at least float32 (inputs may be bf16/fp16).
-        acc = dict(dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
-        grad_q = torch.empty_like(q)
-        grad_k = torch.zeros(k.shape, **acc)
-        grad_v = torch.zeros(v.shape, **acc)
-        per_query_bias = bias.shape[-2] != 1
-        # A per-query bias gets each chunk's rows written once; a broadcast one accumulates.
-        grad_bias = (torch.empty if per_query_bias else torch.zeros)(bias.shape, **acc)
-        # softmax backward: dS = P * (dP - rowsum(dP * P)), and rowsum(dP * P) = rowsum(dO * O).
-        delta = (grad_out * out).sum(-1, keepdim=True)
-        k_t, v_t = k.transpose(-2, -1), v.transpose(-2, -1)
-        for start in range(0, nq, rows):
-            rs = slice(start, min(start + rows, nq))
-            q_c, grad_out_c = q[..., rs, :], grad_out[..., rs, :]
-            bias_c = bias[..., rs, :] if per_query_bias else bias
-            probs = torch.matmul(q_c, k_t).mul_(scale).add_(bias_c).softmax(dim=-1)
-            grad_v += torch.matmul(probs.transpose(-2, -1), grad_out_c)
-            grad_s = torch.matmul(grad_out_c, v_t).sub_(delta[..., rs, :]).mul_(probs)
-            del probs
-            grad_q[..., rs, :] = torch.matmul(grad_s, k).mul_(scale)
-            grad_k += torch.matmul(grad_s.transpose(-2, -1), q_c).mul_(scale)
-            reduced = grad_s.sum_to_size(*bias_c.shape)
-            if per_query_bias:
-                grad_bias[..., rs, :] = reduced
-            else:
-                grad_bias += reduced
-        return (grad_q, grad_k.to(k.dtype), grad_v.to(v.dtype), grad_bias.to(bias.dtype),
-                None, None)
-
-
-def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
-                   bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-                   max_score_elements: int = MAX_SCORE_ELEMENTS) -> torch.Tensor:
-    """``scaled_dot_product_attention`` with an explicit ``scale`` and optional additive
-    ``bias`` (broadcastable to (B, heads, Nq, Nk)).
-
-    On the CPU, the fused kernel runs in one call (it never builds the score matrix), also
-    for a bias that needs a gradient (:class:`BiasGradAttention`). Elsewhere the queries are
-    split into chunks of at most ``max_score_elements`` scores, which bounds the memory of
-    a math fallback; chunks are independent rows of the softmax, so the result is the same.
-
-    Under ``torch.export`` (ONNX export) it is one plain ``scaled_dot_product_attention``:
-    the chunk sizes depend on the (symbolic) shapes and :class:`BiasGradAttention` serves
-    only training, and the exported graph's runtime picks its own attention kernels.
-    """
-    if torch.compiler.is_exporting():
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
-                                              scale=scale)
-    b, h, nq, _ = q.shape
-    nk = k.shape[-2]
-    if q.device.type == 'cpu' and dropout_p == 0:
-        if bias is not None and bias.requires_grad and torch.is_grad_enabled():
-            backward_rows = max(1, BACKWARD_CHUNK_SCORES // max(1, b * h * nk))
-            return BiasGradAttention.apply(q, k, v, bias, scale, backward_rows)
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
-    rows = max(1, max_score_elements // max(1, b * h * nk))
-    if nq <= rows:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
-                                              scale=scale)
-    if bias is not None and bias.dim() < 2:
-        raise ValueError('attention bias must have a query and a key axis, got '
-                         f'{tuple(bias.shape)}')
-    outs = []
-    for start in range(0, nq, rows):
-        stop = min(start + rows, nq)
-        chunk_bias = None
-        if bias is not None:
-            chunk_bias = bias if bias.shape[-2] == 1 else bias[..., start:stop, :]
-        outs.append(F.scaled_dot_product_attention(q[:, :, start:stop], k, v,
-                                                   attn_mask=chunk_bias,
-                                                   dropout_p=dropout_p, scale=scale))
-    return torch.cat(outs, dim=2)
-
-
-def attention(q, k, v, scale, bias=None, dropout_p=0.0, use_sdpa=True):
-    """Dispatch between the fused path (default) and the reference path."""
+    if bias is not None:
+        bias = bias.to(q.dtype)
     fn = sdpa_attention if use_sdpa else reference_attention
     return fn(q, k, v, scale, bias=bias, dropout_p=dropout_p)

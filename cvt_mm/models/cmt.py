@@ -14,15 +14,18 @@ Size rules (the same for every input, so dense heads see strides 4/8/16/32):
   ``ceil(h / sr) x ceil(w / sr)`` and no token is left out of the keys.
 * At sizes that are multiples of 32 nothing is padded: the official computation exactly.
 
+Per stage: patch aggregation (a stride-2 conv; the stem before the first stage), then CMT
+blocks, each a local perception unit (LPU), lightweight multi-head self-attention (LMHSA) with
+the stage's relative position bias, and an inverted residual feed-forward network (IRFFN).
+
 ``relative_pos`` (one ``(heads, Nq, Nk)`` tensor per stage, a full query x key bias) is stored for
-the grids of ``pretrain_img_size`` and resized at run time by :func:`resize_relative_pos`.
+the grids of ``pretrain_img_size``; :class:`~.relative_position_bias.RelativePositionBias`
+serves it at the grids of each input (resized, cached in eval mode, recomputed in the backward
+with ``selective_cp``).
 """
 from __future__ import annotations
 
-import functools
 import math
-from collections import OrderedDict
-from contextlib import nullcontext
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -34,15 +37,10 @@ from ..checkpoint.io import CheckpointError
 from ..registry import MODELS
 from .attention import attention, merge_heads, split_heads
 from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
-from .layers import (
-    RecomputedInBackward,
-    ResidualDropPath,
-    nchw_to_nlc,
-    nlc_to_nchw,
-    run_blocks,
-    stochastic_depth_rates,
-)
+from .layers import ResidualDropPath, nchw_to_nlc, nlc_to_nchw, stochastic_depth_rates
 from .matrix_resize import ceil_div, is_symbolic, resize_relative_pos
+from .recomputation import run_blocks
+from .relative_position_bias import RelativePositionBias
 
 Grid = Tuple[int, int]
 
@@ -164,13 +162,7 @@ class LMHSA(nn.Module):
             kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
         q, k, v = (split_heads(proj(tokens), self.num_heads)
                    for proj, tokens in ((self.q, x), (self.k, kv), (self.v, kv)))
-        # SDPA takes its unfused math path for a 3-D bias, and for one that requires grad
-        # (even under no_grad, where a view of the parameter still says it does): pass it
-        # 4-D, (1, heads, Nq, Nk), and detached unless its gradient is wanted.
-        if not torch.is_grad_enabled():
-            bias = bias.detach()
-        out = attention(q, k, v, self.scale, bias=bias.to(q.dtype).unsqueeze(0),
-                        use_sdpa=self.use_sdpa)
+        out = attention(q, k, v, self.scale, bias=bias, use_sdpa=self.use_sdpa)
         return self.proj(merge_heads(out))
 
 
@@ -213,11 +205,11 @@ class CMTBlock(nn.Module):
 
 
 class CMTStage(nn.Module):
-    """Patch embedding, the stage's relative position bias and its blocks.
+    """Patch aggregation, then CMT blocks sharing the stage's relative position bias.
 
-    ``relative_pos`` is stored for ``query_grid`` x ``key_grid``. In eval mode the resized bias
-    is kept per (query grid, key grid) in a small LRU cache, dropped on ``train()`` and whenever
-    the parameter is replaced or updated in place (``load_state_dict``, an optimizer step).
+    ``relative_pos`` is stored for ``query_grid`` x ``key_grid``; ``position_bias``
+    (:class:`~.relative_position_bias.RelativePositionBias`) serves it at the grids of each
+    input.
     """
 
     def __init__(self, in_channels: int, dim: int, depth: int, num_heads: int,
@@ -231,59 +223,23 @@ class CMTStage(nn.Module):
         # The official init (unit normal), not a small std: the trained biases are O(1).
         self.relative_pos = nn.Parameter(
             torch.randn(num_heads, query_grid[0] * query_grid[1], key_grid[0] * key_grid[1]))
+        self.position_bias = RelativePositionBias(query_grid, key_grid, bias_cache_size,
+                                                  recompute_in_backward=selective_cp)
         self.blocks = nn.ModuleList(
             CMTBlock(dim, num_heads, mlp_ratio, sr_ratio, dp, use_sdpa) for dp in drop_paths)
         self.with_cp = with_cp
         self.selective_cp = selective_cp
-        self.bias_cache_size = bias_cache_size
-        self._bias_cache: OrderedDict = OrderedDict()
-
-    def train(self, mode: bool = True):
-        self._bias_cache.clear()
-        return super().train(mode)
 
     def relative_pos_for(self, query_grid: Grid, key_grid: Grid) -> torch.Tensor:
         """The bias for the given grids (the parameter itself at the stored grids)."""
-        param = self.relative_pos
-        # Reusing a tensor built without autograd would cut the gradient to the parameter,
-        # so the cache serves only eval-mode passes that do not need that gradient.
-        # Under torch.compile the resize is part of the graph (the cache's pointer checks
-        # would break it).
-        cacheable = (not self.training and self.bias_cache_size > 0
-                     and not (torch.is_grad_enabled() and param.requires_grad)
-                     and not torch.compiler.is_compiling())
-        if not cacheable:
-            return resize_relative_pos(param, self.query_grid, self.key_grid, query_grid,
-                                       key_grid)
-        grids = (tuple(query_grid), tuple(key_grid))
-        source = (param.data_ptr(), param._version, param.dtype, param.device)
-        hit = self._bias_cache.get(grids)
-        if hit is not None and hit[0] == source:
-            self._bias_cache.move_to_end(grids)
-            return hit[1]
-        bias = resize_relative_pos(param, self.query_grid, self.key_grid, *grids)
-        self._bias_cache[grids] = (source, bias)
-        self._bias_cache.move_to_end(grids)
-        while len(self._bias_cache) > self.bias_cache_size:
-            self._bias_cache.popitem(last=False)
-        return bias
+        return self.position_bias(self.relative_pos, query_grid, key_grid)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Grid]:
         """NCHW in; (B, h*w, C) tokens and (h, w) out."""
         x, hw = self.patch_embed(x)
         key_grid = (ceil_div(hw[0], self.sr_ratio), ceil_div(hw[1], self.sr_ratio))
         bias = self.relative_pos_for(hw, key_grid)
-        # A resized bias, (heads, Nq, Nk), is the largest tensor of a stage at detection sizes
-        # (280 MB in stage 1 at 800x1333) and every block saves it for the backward; its
-        # parameter is small and the resize a few matrix products, so the backward rebuilds
-        # it once per stage rather than keeping it from the forward until then.
-        recompute_bias = (self.selective_cp and self.training and torch.is_grad_enabled()
-                          and bias is not self.relative_pos
-                          and not torch.compiler.is_compiling())
-        keeping = RecomputedInBackward(bias, functools.partial(
-            resize_relative_pos, self.relative_pos, self.query_grid, self.key_grid, hw,
-            key_grid), sources=(self.relative_pos, )) if recompute_bias else nullcontext()
-        with keeping:
+        with self.position_bias.recomputed_in_backward(bias, self.relative_pos, hw, key_grid):
             x = run_blocks(self.blocks, x, hw, bias, with_cp=self.with_cp,
                            selective_cp=self.selective_cp)
         return x, hw

@@ -18,21 +18,20 @@ from __future__ import annotations
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ..registry import MODELS
 from .attention import attention, merge_heads, split_heads
 from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
 from .layers import (
-    QUICK_GELU_SCALE,
     FP32LayerNorm,
     ResidualDropPath,
     nchw_to_nlc,
     nlc_to_nchw,
-    run_blocks,
     stochastic_depth_rates,
 )
+from .quick_gelu import InplaceQuickGELU
+from .recomputation import run_blocks
 
 ARCH_SETTINGS = {
     '13': dict(embed_dims=[64, 192, 384], num_heads=[1, 3, 6], depths=[1, 2, 10]),
@@ -125,22 +124,17 @@ class ConvAttention(nn.Module):
 
 
 class Mlp(nn.Module):
-    """``fc2(QuickGELU(fc1(x)))``, with QuickGELU(h) computed as ``silu(a h) / a``: ``a h``
-    and ``/ a`` in place on tensors nothing else holds, so the widest tensor of the block
-    gets one new tensor and one fused pass (``silu``) forward, where ``h * sigmoid(a h)``
-    allocates three and keeps two of them for a five-pass backward. (fc1 and fc2 stay
-    ``nn.Linear`` modules called as such, for hooks and hook-based FLOP counters.)"""
+    """``fc2(QuickGELU(fc1(x)))``, the activation of the official weights (computed in place
+    on fc1's output: :class:`~.quick_gelu.InplaceQuickGELU`)."""
 
     def __init__(self, dims: int, hidden_dims: int):
         super().__init__()
         self.fc1 = nn.Linear(dims, hidden_dims)
+        self.act = InplaceQuickGELU()
         self.fc2 = nn.Linear(hidden_dims, dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # In place is safe: fc1's output is not saved for its backward (the input and the
-        # weight are), and silu saves its input, not its output.
-        hidden = F.silu(self.fc1(x).mul_(QUICK_GELU_SCALE)).div_(QUICK_GELU_SCALE)
-        return self.fc2(hidden)
+        return self.fc2(self.act(self.fc1(x)))
 
 
 class CvTBlock(nn.Module):

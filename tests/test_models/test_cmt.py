@@ -224,7 +224,7 @@ def test_bias_cache_eval_only_and_invalidated():
     assert updated is not first
     torch.testing.assert_close(updated, first + 1.0)
     model.train()
-    assert not stage._bias_cache
+    assert not stage.position_bias.cached_grids
     resized = stage.relative_pos_for(*grids)
     assert stage.relative_pos_for(*grids) is not resized  # no caching while training
     resized.sum().backward()
@@ -236,7 +236,8 @@ def test_bias_cache_is_bounded():
     with torch.no_grad():
         for width in (5, 6, 7):
             stage.relative_pos_for((4, width), (1, 1))
-    assert list(stage._bias_cache) == [((4, 6), (1, 1)), ((4, 7), (1, 1))]  # oldest dropped
+    # The oldest dropped.
+    assert stage.position_bias.cached_grids == [((4, 6), (1, 1)), ((4, 7), (1, 1))]
 
 
 # ------------------------------------------------------------------------------ checkpoints
@@ -542,7 +543,7 @@ def test_selective_recomputation_keeps_only_products_and_no_bias():
 
 
 def test_recomputed_in_backward_rebuilds_once_and_checks_its_sources():
-    from cvt_mm.models.layers import RecomputedInBackward
+    from cvt_mm.models.recomputation import RecomputedInBackward
 
     param = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     calls = []

@@ -7,10 +7,12 @@ from mmcv.cnn.bricks import DropPath
 from torch.profiler import ProfilerActivity, profile
 
 import cvt_mm  # noqa: F401  (registers the backbones)
-from cvt_mm.models.attention import BiasGradAttention, reference_attention, sdpa_attention
+from cvt_mm.models.attention import attention, reference_attention
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
-from cvt_mm.models.layers import QuickGELU, ResidualDropPath
+from cvt_mm.models.fused_attention import BiasGradAttention, sdpa_attention
+from cvt_mm.models.layers import ResidualDropPath
+from cvt_mm.models.quick_gelu import InplaceQuickGELU, QuickGELU
 
 FUSED_CPU = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 MATH = 'aten::_scaled_dot_product_attention_math'
@@ -66,6 +68,22 @@ def test_a_bias_that_needs_a_gradient_still_gets_the_fused_forward():
                         .sum().backward())
     assert FUSED_CPU in ops and MATH not in ops, sorted(ops)
     assert bias.grad is not None and bias.grad.abs().sum() > 0
+
+
+@pytest.mark.parametrize('grad', [False, True])
+def test_a_3d_parameter_bias_through_attention_gets_the_fused_kernel(grad):
+    """CMT passes its (heads, Nq, Nk) bias, a parameter or a view of one, to ``attention``:
+    made 4-D (and detached under no_grad) before the kernel sees it, since a 3-D mask or
+    one that requires grad would send it to the math path."""
+    gen = torch.Generator().manual_seed(5)
+    q, k, v = (torch.randn(2, 2, n, 8, generator=gen) for n in (40, 24, 24))
+    bias = torch.nn.Parameter(torch.randn(2, 40, 24, generator=gen))
+    with torch.set_grad_enabled(grad):
+        ops = attention_ops(lambda: attention(q, k, v, 0.3, bias=bias))
+        out = attention(q, k, v, 0.3, bias=bias)
+    assert FUSED_CPU in ops and MATH not in ops, sorted(ops)
+    torch.testing.assert_close(out, reference_attention(q, k, v, 0.3, bias=bias))
+    assert out.requires_grad == grad
 
 
 # ------------------------------------------------------------- exact gradients through it
@@ -134,6 +152,19 @@ def test_cvt_mlp_is_fc2_of_quick_gelu_of_fc1_with_its_gradients():
     torch.testing.assert_close(fused[0], plain[0])
     for a, b in zip(fused[1], plain[1]):
         torch.testing.assert_close(a, b)
+
+
+def test_inplace_quick_gelu_overwrites_its_input_and_refuses_a_leaf():
+    """Its contract: the input is consumed (no new tensor for ``a x``), so a tensor that a
+    caller still needs, such as a leaf that requires grad, is refused by autograd."""
+    h = torch.randn(4, 6)
+    expected = QuickGELU()(h)
+    given = h.clone()
+    out = InplaceQuickGELU()(given)
+    torch.testing.assert_close(out, expected)
+    assert not torch.equal(given, h)  # overwritten (with 1.702 h)
+    with pytest.raises(RuntimeError, match='leaf Variable that requires grad'):
+        InplaceQuickGELU()(h.clone().requires_grad_())
 
 
 @pytest.mark.parametrize('drop_prob', [0.0, 0.3])
