@@ -13,7 +13,10 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   ``torch.no_grad()``; ``train``: forward, then backward of the sum of the outputs' means) and
   attention path; ``--compile`` adds ``torch.compile`` (inductor) for the train cases, its
   compilation reported apart; ``--vs-hf`` adds Hugging Face's CvT classifier at the same
-  arch (:class:`HFCvtLogits`; path ``hf``) and its time over ours.
+  arch (:class:`HFCvtLogits`; path ``hf``) and ``--official PATH`` the official model run
+  from a checkout (path ``official``; :mod:`cvt_mm.benchmark_peers`), each with its time over
+  ours; ``--rounds N`` runs every case N times, alternated (ours, then the peers), and
+  prints the medians and the peers' ratios from them.
 * ``train-iter``: one Mask R-CNN training iteration (CvT-13, CMT-S and MMDetection's own
   Swin-T, side by side): ``fwd s`` is data preprocessing, forward and losses, ``bwd s`` the
   backward and the optimizer step; the ratios to Swin-T's time and work.
@@ -39,6 +42,7 @@ Example::
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import os.path as osp
@@ -51,6 +55,15 @@ from typing import Callable, List, Optional
 
 import torch
 
+from .benchmark_peers import (
+    PEER_NAMES,
+    PEER_PATHS,
+    HFCvtLogits,
+    build_peer,
+    hf_peer_config,
+    official_family,
+    peer_config,
+)
 from .engine.allocator import OPT_OUT_ENV, reuse_freed_memory
 
 __all__ = ['time_steps', 'peak_memory_gib', 'held_for_backward', 'machine_rates',
@@ -228,54 +241,6 @@ def _default_threads() -> int:
 
 
 # ------------------------------------------------------------------------- cases
-class HFCvtLogits(torch.nn.Module):
-    """Hugging Face's ``CvtForImageClassification`` (``transformers``) at the sizes of a CvT
-    ``arch`` (a row of ``CvT.arch_zoo`` by name, or a dict), random weights, returning
-    ``(logits,)`` as ``CvT(out_type='logits')`` does: the peer that ``benchmark.py backbone
-    --vs-hf`` times beside ours. Hugging Face's CvT is the official architecture with exact
-    GELU (the official weights use QuickGELU), so the work is the same.
-
-    Example::
-
-        >>> logits, = HFCvtLogits('13', num_classes=1000)(torch.randn(2, 3, 224, 224))
-    """
-
-    def __init__(self, arch='13', num_classes: int = 1000):
-        super().__init__()
-        try:
-            from transformers import CvtConfig, CvtForImageClassification
-        except ImportError as err:
-            raise ImportError('--vs-hf times Hugging Face\'s CvT, which needs transformers: '
-                              'pip install transformers') from err
-        from cvt_mm.models.base import resolve_arch
-        from cvt_mm.models.cvt import CvT
-        row = resolve_arch(arch, CvT.arch_zoo, 3)
-        # transformers 5 indexes a stage's drop-path rates by the stage's index.
-        if any(depth <= i for i, depth in enumerate(row['depths'])):
-            raise ValueError("Hugging Face's CvT needs more than i blocks in stage i, got "
-                             f"depths={list(row['depths'])}")
-        self.in_channels = 3
-        self.model = CvtForImageClassification(CvtConfig(
-            embed_dim=list(row['embed_dims']), num_heads=list(row['num_heads']),
-            depth=list(row['depths']), num_labels=num_classes))
-
-    def forward(self, x: torch.Tensor) -> tuple:
-        return (self.model(pixel_values=x).logits, )
-
-
-def hf_peer_config(model_cfg: dict) -> dict:
-    """The ``--model`` of Hugging Face's CvT with the arch and classes of our CvT
-    ``model_cfg``; ``ValueError`` for another family (Hugging Face has no CMT)."""
-    if model_cfg.get('type') != 'CvT':
-        raise ValueError(f"--vs-hf compares with Hugging Face's CvT, so --model must be a "
-                         f"CvT, got type={model_cfg.get('type')!r}")
-    if model_cfg.get('out_type') != 'logits':
-        raise ValueError("--vs-hf times Hugging Face's classifier: give --model "
-                         "out_type='logits' so that both do the same work")
-    return dict(type='HFCvtLogits', arch=model_cfg.get('arch', '13'),
-                num_classes=model_cfg.get('num_classes', 1000))
-
-
 def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compiled: bool,
                   warmup: int, runs: int, threads: int, profile: int = 0) -> dict:
     """One backbone case (run inside its own process): see the module doc."""
@@ -284,8 +249,8 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    if model_cfg['type'] == 'HFCvtLogits':
-        model = HFCvtLogits(model_cfg['arch'], model_cfg['num_classes'])
+    if model_cfg['type'] in ('HFCvtLogits', 'OfficialLogits'):
+        model = build_peer(model_cfg)
     else:
         model = MODELS.build(dict(model_cfg, use_sdpa=path == 'sdpa'))
         model.init_weights()
@@ -305,7 +270,7 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
             sum(o.float().mean() for o in outs).backward()
             model.zero_grad(set_to_none=True)
 
-    result = dict(compile_s=None)
+    result = dict(compile_s=None, params_m=sum(p.numel() for p in model.parameters()) / 1e6)
     if compiled:  # the first call compiles: reported apart from the steady-state times
         result['compile_s'] = time_steps(lambda: backward(forward()), 0, 1)[0]
     held = {}
@@ -465,8 +430,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time Hugging Face's CvtForImageClassification at the same arch "
                    "(--model a CvT with out_type='logits'; needs transformers) and print "
                    'its time over ours')
+    b.add_argument('--official', metavar='PATH',
+                   help='also time the official model at the same arch (--model a CvT or CMT '
+                   "with out_type='logits'), run from PATH, the root of a checkout of "
+                   'microsoft/CvT or huawei-noah/Efficient-AI-Backbones (needs timm), and print '
+                   'its time over ours')
     b.add_argument('--warmup', type=int, default=1)
-    b.add_argument('--runs', type=int, default=3)
+    b.add_argument('--runs', type=int, default=3, help='timed runs per case, after the warm-up')
+    b.add_argument('--rounds', type=int, default=1,
+                   help='run every case this many times, each in its own process, alternated '
+                   '(ours, then the peers, per size and mode), and print the medians and the '
+                   "peers' ratios from them")
     b.add_argument('--threads', type=int, default=_default_threads())
 
     t = sub.add_parser('train-iter', help='one Mask R-CNN training iteration, beside Swin-T')
@@ -531,70 +505,138 @@ def _eager_result(results: List[dict], size: str, path: str, mode: str) -> Optio
                  and not r['compiled']), None)
 
 
+def _peer_ratio(res: dict, ours: Optional[dict]) -> Optional[float]:
+    """A peer's wall time (forward + backward) over ours: > 1 is ours ahead."""
+    if not ours:
+        return None
+    return (res['fwd_s'] + (res['bwd_s'] or 0)) / (ours['fwd_s'] + (ours['bwd_s'] or 0))
+
+
+def _median_of_rounds(runs: List[dict]) -> dict:
+    """One case's result over its rounds: the first round's, with the medians of the times
+    (the wall time's median of its own: fwd + bwd per round, then the median)."""
+    res = dict(runs[0])
+    walls = [r['fwd_s'] + (r['bwd_s'] or 0) for r in runs]
+    res['round_wall_s'] = walls
+    if len(runs) > 1:
+        res['fwd_s'] = statistics.median(r['fwd_s'] for r in runs)
+        if res['bwd_s'] is not None:
+            res['bwd_s'] = statistics.median(r['bwd_s'] for r in runs)
+        res['peak_gib'] = statistics.median(r['peak_gib'] for r in runs)
+    res['wall_s'] = statistics.median(walls)
+    res['gflops_per_s'] = res['gflop'] / res['wall_s']
+    return res
+
+
+def _backbone_line(res: dict, label: str, path: str, mode_label: str) -> str:
+    bwd = f'{res["bwd_s"]:7.2f}' if res['bwd_s'] is not None else f'{"-":>7}'
+    line = (f'{label:>9} {path:>9} {mode_label:>13} {res["gflop"]:8.1f} '
+            f'{res["fwd_s"]:7.2f} {bwd} {res["gflops_per_s"]:8.1f} '
+            f'{res["peak_gib"]:9.2f} {res["model_gib"]:10.2f}')
+    if res.get('held_gib'):
+        line += (f' {sum(res["held_gib"].values()):9.2f}  (' + ', '.join(
+            f'{k} {v:.2f}' for k, v in res['held_gib'].items()) + ')')
+    return line
+
+
 def _backbone(args) -> int:
     common = ['backbone', '--model', repr(args.model), '--batch', str(args.batch), '--warmup',
-              str(args.warmup), '--runs', str(args.runs), '--threads', str(args.threads),
-              '--profile', str(args.profile)]
+              str(args.warmup), '--runs', str(args.runs), '--threads', str(args.threads)]
+    if args.official:
+        common += ['--official', args.official]
     if args.case:
         size, path, mode, compiled = json.loads(args.case)
-        model_cfg = hf_peer_config(args.model) if path == 'hf' else args.model
+        model_cfg = peer_config(path, args.model, size, args.official) \
+            if path in PEER_PATHS else args.model
         print(json.dumps(backbone_case(model_cfg, size, args.batch, mode, path, compiled,
                                        args.warmup, args.runs, args.threads, args.profile)))
         return 0
-    if args.vs_hf:
-        try:
-            hf_peer_config(args.model)
-        except ValueError as err:
-            raise SystemExit(f'benchmark.py backbone: {err}')
+    peers = (['hf'] if args.vs_hf else []) + (['official'] if args.official else [])
+    try:  # what the peers cannot run is said before anything runs
+        for peer in peers:
+            for size in args.sizes:
+                peer_config(peer, args.model, size, args.official)
+        if args.official and importlib.util.find_spec('timm') is None:
+            raise ImportError(f'--official runs the official {official_family(args.official)} '
+                              'code, which imports timm: pip install -e .[peers]')
+    except (ValueError, ImportError) as err:
+        raise SystemExit(f'benchmark.py backbone: {err}')
+    # Each round runs every case once, each in its own process: ours, then the peers, per
+    # size and mode, so that a noisy machine slows both sides alike.
     cases = [(size, path, mode, False) for size in args.sizes for mode in args.modes
-             for path in args.paths + (['hf'] if args.vs_hf else [])]
+             for path in args.paths + peers]
     if args.compile:
         cases += [(size, path, 'train', True) for size in args.sizes for path in args.paths]
-    print(f'model: {args.model}  batch: {args.batch}')
+    print(f'model: {args.model}  batch: {args.batch}' + (
+        f'  rounds: {args.rounds} (each case in its own process, ours then the peers)'
+        if args.rounds > 1 else ''))
     rates = _print_machine(args.threads, args.thp)
     header = (f'{"size":>9} {"path":>9} {"mode":>13} {"GFLOP":>8} {"fwd s":>7} {"bwd s":>7} '
               f'{"GFLOP/s":>8} {"peak GiB":>9} {"model GiB":>10} {"held GiB":>9}')
-    results, lines = [], [header]
+    runs, lines = {}, [header]
     print(header, flush=True)
-    for size, path, mode, compiled in cases:
-        label, mode_label = f'{size[0]}x{size[1]}', mode + (' compiled' if compiled else '')
-        proc = _run_case(common, [size, path, mode, compiled], args.thp)
-        if proc.returncode != 0:
-            lines.append(f'{label:>9} {path:>9} {mode_label:>13} failed: exit '
-                         f'{proc.returncode}, {_failure(proc)}')
+    for round_ in range(args.rounds):
+        done = {}  # this round's results, for its own ratios
+        for case in cases:
+            size, path, mode, compiled = case
+            label, mode_label = f'{size[0]}x{size[1]}', mode + (' compiled' if compiled else '')
+            profile = args.profile if round_ == 0 else 0  # the first round's profiles only
+            proc = _run_case(common + ['--profile', str(profile)],
+                             [size, path, mode, compiled], args.thp)
+            prefix = f'round {round_ + 1}: ' if args.rounds > 1 else ''
+            if proc.returncode != 0:
+                lines.append(f'{prefix}{label:>9} {path:>9} {mode_label:>13} failed: exit '
+                             f'{proc.returncode}, {_failure(proc)}')
+                print(lines[-1], flush=True)
+                continue
+            res = json.loads(proc.stdout.strip().splitlines()[-1])
+            res.update(size=label, path=path, mode=mode, compiled=compiled)
+            runs.setdefault(tuple(map(str, case)), []).append(res)
+            done[(label, path, mode, compiled)] = res
+            lines.append(prefix + _backbone_line(res, label, path, mode_label))
+            ratio = _peer_ratio(res, done.get((label, 'sdpa', mode, False))) \
+                if path in PEER_PATHS else None
+            if ratio:  # a peer's time over ours: > 1 is ours ahead
+                lines[-1] += f'  ({PEER_NAMES[path]} / ours: {ratio:.2f}x the time)'
+            if compiled and (label, path, 'train', False) in done:
+                eager = done[(label, path, 'train', False)]
+                speedup = (eager['fwd_s'] + eager['bwd_s']) / (res['fwd_s'] + res['bwd_s'])
+                lines[-1] += f'  (compiled in {res["compile_s"]:.0f} s; {speedup:.2f}x eager)'
+            for part in ('forward', 'backward'):
+                if res.get(f'profile_{part}'):
+                    print(f'{label} {path} {mode_label}: top operators, {part}\n'
+                          f'{res[f"profile_{part}"]}')
             print(lines[-1], flush=True)
-            continue
-        res = json.loads(proc.stdout.strip().splitlines()[-1])
-        res.update(size=label, path=path, mode=mode, compiled=compiled)
-        results.append(res)
-        bwd = f'{res["bwd_s"]:7.2f}' if res['bwd_s'] is not None else f'{"-":>7}'
-        lines.append(f'{label:>9} {path:>9} {mode_label:>13} {res["gflop"]:8.1f} '
-                     f'{res["fwd_s"]:7.2f} {bwd} {res["gflops_per_s"]:8.1f} '
-                     f'{res["peak_gib"]:9.2f} {res["model_gib"]:10.2f}')
-        if res.get('held_gib'):
-            lines[-1] += (f' {sum(res["held_gib"].values()):9.2f}  (' + ', '.join(
-                f'{k} {v:.2f}' for k, v in res['held_gib'].items()) + ')')
-        ours = _eager_result(results, label, 'sdpa', mode) if path == 'hf' else None
-        if ours:  # Hugging Face's time over ours: > 1 is ours ahead
-            res['hf_over_ours'] = ((res['fwd_s'] + (res['bwd_s'] or 0))
-                                   / (ours['fwd_s'] + (ours['bwd_s'] or 0)))
-            lines[-1] += f'  (Hugging Face / ours: {res["hf_over_ours"]:.2f}x the time)'
-        if compiled:
-            eager = _eager_result(results, label, path, 'train')
+    results = [_median_of_rounds(r) for r in runs.values()]
+    for res in results:
+        if res['path'] in PEER_PATHS:
+            ours = _eager_result(results, res['size'], 'sdpa', res['mode'])
+            if ours:
+                res['peer_over_ours'] = _peer_ratio(res, ours) if args.rounds == 1 else \
+                    res['wall_s'] / ours['wall_s']
+                res[f'{res["path"]}_over_ours'] = res['peer_over_ours']
+        if res['compiled']:
+            eager = _eager_result(results, res['size'], res['path'], 'train')
             if eager:
-                res['speedup'] = (eager['fwd_s'] + eager['bwd_s']) / (res['fwd_s'] +
-                                                                      res['bwd_s'])
-                lines[-1] += (f'  (compiled in {res["compile_s"]:.0f} s; '
-                              f'{res["speedup"]:.2f}x eager)')
-        for part in ('forward', 'backward'):
-            if res.get(f'profile_{part}'):
-                print(f'{label} {path} {mode_label}: top operators, {part}\n'
-                      f'{res[f"profile_{part}"]}')
-        print(lines[-1], flush=True)
-    if args.profile:  # the table again, together, after the profiles
+                res['speedup'] = eager['wall_s'] / res['wall_s']
+    if args.rounds > 1:  # the medians, and the peers' ratios from them
+        lines += ['', f'medians of {args.rounds} rounds ({rates["gemm_gflops_per_s"]:.0f} GFLOP/s '
+                  f'fp32 GEMM; load average {" ".join(f"{v:.2f}" for v in os.getloadavg())} '
+                  'at the end); peer / ours: the median time of the peer over ours, > 1 is '
+                  'ours ahead', header]
+        for res in results:
+            mode_label = res['mode'] + (' compiled' if res['compiled'] else '')
+            lines.append(_backbone_line(res, res['size'], res['path'], mode_label)
+                         + f'  params {res["params_m"]:.2f}M')
+            if res.get('peer_over_ours'):
+                lines[-1] += f'  peer / ours {res["peer_over_ours"]:.2f}'
+            if res.get('speedup'):
+                lines[-1] += f'  {res["speedup"]:.2f}x eager'
+        print('\n'.join(lines[-len(results) - 3:]), flush=True)
+    elif args.profile:  # the table again, together, after the profiles
         print('\n' + '\n'.join(lines))
     _write_json(args.json, model=args.model, threads=args.threads, batch=args.batch,
-                machine=rates, results=results)
+                rounds=args.rounds, official=args.official, machine=rates, results=results)
     return 0
 
 
@@ -659,8 +701,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     if getattr(args, 'case', None) or args.command == 'cls-step':
         reuse_freed_memory()  # where models run: as tools/train.py runs them
     if args.command == 'backbone':
-        if args.warmup < 0 or args.runs < 1 or args.batch < 1 or args.profile < 0:
-            parser.error('--warmup and --profile must be >= 0, --runs and --batch >= 1')
+        if args.warmup < 0 or args.runs < 1 or args.batch < 1 or args.profile < 0 or \
+                args.rounds < 1:
+            parser.error('--warmup and --profile must be >= 0, --runs, --rounds and --batch '
+                         '>= 1')
         return _backbone(args)
     if args.command == 'train-iter':
         if args.threads < 1 or args.iters < 1 or args.profile < 0 or min(args.size) < 64:

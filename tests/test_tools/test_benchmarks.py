@@ -238,3 +238,108 @@ def test_train_iter_runs_from_an_installed_package(tmp_path):
                               timeout=600)
     assert checkout.returncode == 0, checkout.stderr[-3000:]
     assert re.search(r'^Mask R-CNN CvT-13 +\d', checkout.stdout, re.M), checkout.stdout
+
+
+# ------------------------------------------------------------------------- official peers
+# Checkouts of the official repositories (git clone https://github.com/microsoft/CvT,
+# https://github.com/huawei-noah/Efficient-AI-Backbones): the tests that run the official
+# code take them from these variables, and timm from the environment (pip install -e .[peers]).
+OFFICIAL_CHECKOUTS = {'cvt': 'CVT_MM_OFFICIAL_CVT', 'cmt': 'CVT_MM_OFFICIAL_CMT'}
+
+
+def official_checkout(family: str) -> str:
+    """The checkout of the official ``family`` code, or a skip saying what is missing."""
+    variable = OFFICIAL_CHECKOUTS[family]
+    path = os.environ.get(variable)
+    if not path:
+        pytest.skip(f'{variable} is not set to a checkout of the official {family.upper()} code')
+    pytest.importorskip('timm', reason='the official code imports timm (pip install -e '
+                        '.[peers])')
+    return path
+
+
+def fake_checkout(root, family: str, dims=(64, 192, 384)):
+    """A folder with the files that identify a checkout (never run: the errors come first)."""
+    from cvt_mm.benchmark_peers import OFFICIAL_FILES
+    (root / OFFICIAL_FILES[family]).parent.mkdir(parents=True)
+    (root / OFFICIAL_FILES[family]).write_text('raise ImportError("not to be run")\n')
+    if family == 'cvt':
+        yamls = root / 'experiments' / 'imagenet' / 'cvt'
+        yamls.mkdir(parents=True)
+        (yamls / 'cvt-13-224x224.yaml').write_text(
+            f'MODEL:\n  SPEC:\n    DIM_EMBED: {list(dims)}\n    NUM_HEADS: [1, 3, 6]\n'
+            '    DEPTH: [1, 2, 10]\n')
+    return str(root)
+
+
+@pytest.mark.parametrize('family,model,size,message', [
+    (None, "dict(type='CvT', arch='13', out_type='logits')", '224x224',
+     "is not the root of a checkout of the official code: it has neither "
+     "lib/models/cls_cvt.py (git clone https://github.com/microsoft/CvT) nor "
+     "cmt_pytorch/cmt.py (git clone https://github.com/huawei-noah/Efficient-AI-Backbones)"),
+    ('cmt', "dict(type='CvT', arch='13', out_type='logits')", '224x224',
+     "is a checkout of the official CMT code (https://github.com/huawei-noah/"
+     "Efficient-AI-Backbones), but --model is type='CvT'"),
+    ('cvt', "dict(type='CvT', arch='13')", '224x224', "out_type='logits'"),
+    ('cmt', "dict(type='CMT', arch='s', out_type='logits')", '224x320',
+     'the official CMT runs only at the square size it is built for'),
+    # The checkout's config of CvT-13 and our arch table disagree: not the same model.
+    ('cvt-other-dims', "dict(type='CvT', arch='13', out_type='logits')", '224x224',
+     "CvT-13: the official config cvt-13-224x224.yaml has dims, heads, depths "
+     "[[64, 96, 384], [1, 3, 6], [1, 2, 10]]")])
+def test_benchmark_backbone_refuses_an_official_peer_that_cannot_do_our_work(
+        tmp_path, family, model, size, message):
+    benchmark = load_tool('analysis_tools/benchmark')
+    path = str(tmp_path) if family is None else fake_checkout(
+        tmp_path, family[:3], dims=(64, 96, 384) if family == 'cvt-other-dims' else
+        (64, 192, 384))
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        benchmark.main(['backbone', '--model', model, '--sizes', size, '--official', path])
+
+
+@pytest.mark.parametrize('family,arch,size', [('cvt', '13', 96), ('cmt', 's', 64)])
+def test_the_official_model_is_ours_with_other_names(family, arch, size):
+    """The official model the benchmark builds holds our parameters under its names: its
+    random weights, converted by our checkpoint converter, load into ours with nothing left
+    over or missing, and both give the same logits (eval mode): the same work."""
+    from cvt_mm.benchmark_peers import OfficialLogits, official_peer_config
+    from cvt_mm.checkpoint.formats import convert_state_dict
+    cfg = dict(type=family.upper() if family == 'cmt' else 'CvT', arch=arch,
+               out_type='logits', num_classes=10)
+    peer = OfficialLogits(official_peer_config(cfg, official_checkout(family), (size, size)))
+    ours_cls, extra = (CMT, dict(pretrain_img_size=size)) if family == 'cmt' else (CvT, {})
+    ours = ours_cls(arch=arch, out_type='logits', num_classes=10, **extra)
+    state, fmt = convert_state_dict(peer.model.state_dict())
+    assert fmt == f'{family}-official'
+    ours.load_state_dict(state, strict=True)
+    assert sum(p.numel() for p in ours.parameters()) == \
+        sum(p.numel() for p in peer.parameters())
+    x = torch.randn(2, 3, size, size)
+    with torch.no_grad():
+        torch.testing.assert_close(ours.eval()(x)[0], peer.eval()(x)[0], atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.slow
+def test_benchmark_backbone_alternates_ours_and_the_official_cmt(tmp_path):
+    """``--official`` with ``--rounds 2``: ours, official, ours, official, each in its own
+    process; the table of medians holds the official model's median time over ours."""
+    path = official_checkout('cmt')
+    small = ("dict(type='CMT', arch=dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8],"
+             " depths=[1, 1, 1, 1], stem_channels=8, fc_channels=32, pretrain_img_size=64),"
+             " out_type='logits', num_classes=10)")
+    out = tmp_path / 'bench.json'
+    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model', small,
+                    '--sizes', '64x64', '--modes', 'train', '--runs', '1', '--warmup', '0',
+                    '--official', path, '--rounds', '2', '--json', str(out))
+    rounds = re.findall(r'^round (\d): +64x64 +(\w+) +train', proc.stdout, re.M)
+    assert rounds == [('1', 'sdpa'), ('1', 'official'), ('2', 'sdpa'), ('2', 'official')]
+    ours, official = json.loads(out.read_text())['results']
+    assert (ours['path'], official['path']) == ('sdpa', 'official')
+    assert official['params_m'] == ours['params_m']  # the same model
+    assert official['gflop'] == pytest.approx(ours['gflop'], rel=0.05)
+    for r in (ours, official):
+        assert len(r['round_wall_s']) == 2
+        assert r['wall_s'] == pytest.approx(sum(r['round_wall_s']) / 2)  # median of two
+    assert official['official_over_ours'] == pytest.approx(official['wall_s'] / ours['wall_s'])
+    assert f'peer / ours {official["peer_over_ours"]:.2f}' in proc.stdout
+    assert 'medians of 2 rounds' in proc.stdout and 'fp32 GEMM' in proc.stdout
