@@ -143,7 +143,12 @@ def _cls_sample(gen, num_classes: int):
 def _num_classes(model, task: str) -> int:
     if task == 'mmdet':
         roi_head = getattr(model, 'roi_head', None)
-        head = roi_head.bbox_head if roi_head is not None else model.bbox_head
+        if roi_head is not None:
+            head = roi_head.bbox_head
+            if isinstance(head, torch.nn.ModuleList):  # Cascade R-CNN: one head per stage
+                head = head[-1]
+        else:  # one-stage detectors and DETRs; Mask2Former's head is its panoptic_head
+            head = getattr(model, 'bbox_head', None) or model.panoptic_head
         return head.num_classes
     if task == 'mmseg':
         return model.decode_head.num_classes

@@ -27,6 +27,7 @@ Example::
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Callable, Dict
 
@@ -136,8 +137,40 @@ def tensor_forward(model, task: str, shape, inputs=None):
         sample = DetDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w),
                                              pad_shape=(h, w), batch_input_shape=(h, w),
                                              scale_factor=(1.0, 1.0)))
-        return lambda: model(inputs, [sample], mode='tensor')
+        run = lambda: model(inputs, [sample], mode='tensor')  # noqa: E731
+        roi_head = getattr(model, 'roi_head', None)
+        if type(roi_head).__name__ == 'CascadeRoIHead' and roi_head.with_mask:
+            return lambda: _masks_on_100_boxes(roi_head, run)
+        return run
+    head = getattr(model, 'decode_head', None)
+    if task == 'mmseg' and 'batch_data_samples' in inspect.signature(head.forward).parameters:
+        # Mask2Former's head reads the padded input shape from the samples (EncoderDecoder's
+        # tensor forward passes none).
+        from mmseg.structures import SegDataSample
+        sample = SegDataSample(metainfo=dict(img_shape=(h, w), ori_shape=(h, w),
+                                             pad_shape=(h, w), batch_input_shape=(h, w)))
+        return lambda: head.forward(model.extract_feat(inputs), [sample])
     return lambda: model(inputs, mode='tensor')
+
+
+def _masks_on_100_boxes(roi_head, run):
+    """``run()`` with Cascade R-CNN's three mask heads on the first 100 of the 1 000 RPN
+    proposals. MMDetection's tensor forward runs them on every proposal, where inference runs
+    them on at most 100 detections; Mask R-CNN's tensor forward takes 100 (so do we here)."""
+    mask_forward = roi_head._mask_forward
+
+    def on_100(stage, x, rois):
+        out = mask_forward(stage, x, rois[:100])
+        preds = out['mask_preds']  # zeros for the others, which the forward then splits
+        out['mask_preds'] = torch.cat([preds, preds.new_zeros((len(rois) - len(preds),
+                                                              *preds.shape[1:]))])
+        return out
+
+    roi_head._mask_forward = on_100
+    try:
+        return run()
+    finally:
+        del roi_head._mask_forward
 
 
 class TensorForward(torch.nn.Module):
