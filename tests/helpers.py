@@ -114,10 +114,22 @@ def write_user_config(path: str, base: str, data_root: str, work_dir: str,
     base_path = base if osp.isabs(base) else osp.join(CONFIGS, base)
     name = osp.basename(base_path)
     data_root = data_root.rstrip('/') + '/'
-    if name.startswith('upernet'):
+    if name.startswith(('upernet', 'sem_fpn')) or (name.startswith('mask2former')
+                                                   and '_ade20k' in name):
         body = _SEG_USER_CONFIG.format(data_root=data_root, size=image_size,
                                        classes=SEG_CLASSES, palette=SEG_PALETTE,
-                                       max_iters=max_iters)
+                                       max_iters=max_iters,
+                                       heads=_SEG_HEADS[name.split('_')[0]])
+    elif name.startswith(tuple(_DET_HEADS)):
+        heads = next(v for k, v in _DET_HEADS.items() if name.startswith(k))
+        body = _DET_USER_CONFIG.format(data_root=data_root, size=image_size, classes=SHAPES,
+                                       heads=heads.format(size=image_size),
+                                       max_epochs=max_epochs)
+        if name.startswith('mask2former'):  # iteration-based: max_epochs epochs of 2
+            body += (f"train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', "
+                     f"max_iters={2 * max_epochs}, val_interval={2 * max_epochs})\n"
+                     f"default_hooks = dict(checkpoint=dict(by_epoch=False, "
+                     f"interval={2 * max_epochs}))\n")
     elif name.startswith(('mask_rcnn', 'retinanet')):
         roi = ('roi_head=dict(bbox_head=dict(num_classes=len(classes)), '
                'mask_head=dict(num_classes=len(classes))),\n    '
@@ -130,7 +142,8 @@ def write_user_config(path: str, base: str, data_root: str, work_dir: str,
                                        heads=roi, max_epochs=max_epochs)
     else:
         raise ValueError(f'write_user_config: cannot tell the task of {name}; allowed bases: '
-                         "'mask_rcnn_*', 'retinanet_*', 'upernet_*'")
+                         "'mask_rcnn_*', 'retinanet_*', 'cascade_mask_rcnn_*', 'dino_*', "
+                         "'mask2former_*', 'upernet_*', 'sem_fpn_*'")
     text = f'_base_ = {base_path!r}\n' + body + f'work_dir = {work_dir!r}\n'
     text += ''.join(f'{key} = {value!r}\n' for key, value in extra.items())
     with open(path, 'w') as f:
@@ -182,8 +195,7 @@ metainfo = dict(classes={classes!r}, palette={palette!r})
 model = dict(
     data_preprocessor=dict(size=crop_size),
     backbone=dict(init_cfg=None),
-    decode_head=dict(num_classes=len(metainfo['classes'])),
-    auxiliary_head=dict(num_classes=len(metainfo['classes'])))
+    {heads})
 train_pipeline = [
     dict(type='LoadImageFromFile'),
     dict(type='LoadAnnotations', reduce_zero_label=True),
@@ -215,6 +227,41 @@ train_cfg = dict(max_iters={max_iters}, val_interval={max_iters})
 default_hooks = dict(logger=dict(interval=1),
                      checkpoint=dict(by_epoch=False, interval={max_iters}))
 '''
+
+
+# The heads' class counts (and what a 96 px image of three objects needs) of the other heads'
+# user configs, by the base's name. Cascade R-CNN has one box head and one sampler per stage;
+# DINO's 900 queries would outnumber a small image's encoder tokens (193 at 96 px, 4 scales);
+# Mask2Former pads every batch to its 1024 px crop unless told the user's size, and weighs
+# its 'no object' class in a list of num_classes + 1.
+_DET_HEADS = {
+    'cascade_mask_rcnn': (
+        'roi_head=dict(bbox_head=[dict(h, num_classes=len(classes)) '
+        'for h in _base_.model.roi_head.bbox_head],\n'
+        '                  mask_head=dict(num_classes=len(classes))),\n    '
+        'train_cfg=dict(rpn_proposal=dict(nms_pre=200, max_per_img=100),\n'
+        "                   rcnn=[dict(c, sampler=dict(c['sampler'], num=64)) "
+        'for c in _base_.model.train_cfg.rcnn]),\n    '
+        'test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=50), rcnn=dict(max_per_img=10))'),
+    'dino': ('bbox_head=dict(num_classes=len(classes)), num_queries=100,\n    '
+             'dn_cfg=dict(group_cfg=dict(num_dn_queries=20)), test_cfg=dict(max_per_img=20)'),
+    'mask2former': (
+        'data_preprocessor=dict(batch_augments=[dict(\n'
+        "        type='BatchFixedSizePad', size=({size}, {size}), img_pad_value=0, "
+        'pad_mask=True,\n        mask_pad_value=0, pad_seg=False)]),\n    '
+        'panoptic_head=dict(num_things_classes=len(classes), num_stuff_classes=0,\n'
+        '                       loss_cls=dict(class_weight=[1.0] * len(classes) + [0.1])),\n'
+        '    panoptic_fusion_head=dict(num_things_classes=len(classes), '
+        'num_stuff_classes=0)'),
+}
+_SEG_HEADS = {
+    'upernet': ("decode_head=dict(num_classes=len(metainfo['classes'])),\n    "
+                "auxiliary_head=dict(num_classes=len(metainfo['classes']))"),
+    'sem': "decode_head=dict(num_classes=len(metainfo['classes']))",
+    'mask2former': ("decode_head=dict(num_classes=len(metainfo['classes']),\n"
+                    "                     loss_cls=dict(class_weight=[1.0] * "
+                    "len(metainfo['classes']) + [0.1]))"),
+}
 
 
 # A user config's model at a fraction of CvT-13's widths: the same detector or segmentor on

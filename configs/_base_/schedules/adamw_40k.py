@@ -1,0 +1,23 @@
+# The AdamW 40k recipe of our Semantic FPN configs, as the transformer backbones' Semantic FPN
+# results use it (PVT, Wang et al., ICCV 2021, and the papers that compare with it): AdamW lr
+# 1e-4, weight decay 1e-4, 40k iterations of 16 images (2 per GPU x 8 GPUs, see
+# datasets/ade20k_bs2.py), poly decay with power 0.9. MMSegmentation's own Semantic FPN
+# recipe (SGD 0.01, 160k) is for ResNets.
+_base_ = 'mmseg::_base_/schedules/schedule_40k.py'
+
+optim_wrapper = dict(
+    _delete_=True,
+    type='OptimWrapper',
+    optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=1e-4),
+    # No weight decay on normalisation layers, CvT's cls token or CMT's relative position
+    # biases, as in our other recipes.
+    paramwise_cfg=dict(
+        norm_decay_mult=0.,
+        custom_keys={
+            'cls_token': dict(decay_mult=0.),
+            'relative_pos': dict(decay_mult=0.),
+        }))
+param_scheduler = [
+    dict(type='PolyLR', eta_min=0.0, power=0.9, begin=0, end=40000, by_epoch=False),
+]
+auto_scale_lr = dict(enable=False, base_batch_size=16)

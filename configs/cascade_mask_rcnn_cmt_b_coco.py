@@ -1,0 +1,7 @@
+# Cascade Mask R-CNN with CMT-B on COCO, 1x: the CMT-S recipe with the larger model.
+_base_ = './cascade_mask_rcnn_cmt_s_coco.py'
+
+pretrained = 'checkpoints/cmt_base.pth'
+model = dict(
+    backbone=dict(arch='b', init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    neck=dict(in_channels=[76, 152, 304, 608]))

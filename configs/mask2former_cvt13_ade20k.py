@@ -1,0 +1,32 @@
+# Mask2Former with CvT-13 for ADE20K semantic segmentation: MMSegmentation's
+# mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py (512x512 crops, 160k iterations of
+# 16 images, AdamW lr 1e-4 / weight decay 0.05, backbone at 0.1x the LR, gradients clipped at
+# 0.01, poly decay) with the CvT-13 backbone, as its Swin-T config swaps in Swin.
+_base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
+custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
+
+pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
+model = dict(
+    backbone=dict(
+        _delete_=True,
+        type='CvT',
+        arch='13',
+        out_indices=(0, 1, 2),
+        out_norm_cfg=dict(type='LN'),
+        num_classes=0,
+        drop_path_rate=0.1,  # our UperNet's rate (Swin-T: 0.3 for both UperNet and Mask2Former)
+        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # The three stages and a stride-32 level by a stride-2 conv on C4, as in
+    # mask2former_cvt13_coco.py: the head's deformable encoder and masked-attention decoder
+    # keep their three levels (strides 8/16/32). MMDetection's ChannelMapper, which
+    # MMSegmentation's Mask2Former already imports.
+    neck=dict(type='mmdet.ChannelMapper', in_channels=[64, 192, 384], kernel_size=1,
+              out_channels=256, act_cfg=None, norm_cfg=dict(type='GN', num_groups=32),
+              num_outs=4),
+    decode_head=dict(in_channels=[256, 256, 256, 256], strides=[4, 8, 16, 32]))
+# SyncBN across GPUs for the backbone's BatchNorms, as our UperNet (upernet_cvt13.py): 160k
+# iterations of dense labels re-estimate the statistics (tools/train.py reverts it on CPUs).
+sync_bn = 'torch'
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'cls_token': dict(lr_mult=0.1, decay_mult=0.),
+    'relative_pos': dict(lr_mult=0.1, decay_mult=0.)}))

@@ -1,0 +1,188 @@
+"""The Cascade Mask R-CNN, DINO, Mask2Former and Semantic FPN configs: every config's levels
+and strides are the ones its head is built for (CvT ends at stride 16, so some heads get
+synthetic levels: docs/detection_segmentation.md says which and why), and one config per head
+trains, evaluates, counts its FLOPs and exports its backbone through the repository's tools on
+tiny generated data."""
+import glob
+import math
+import os.path as osp
+import re
+
+import pytest
+import torch
+from mmengine.config import Config
+from mmengine.registry import init_default_scope
+
+import cvt_mm  # noqa: F401
+
+from helpers import CONFIGS, load_tool, run_tool, write_user_config
+
+HEADS = ('cascade_mask_rcnn', 'dino', 'mask2former', 'sem_fpn')
+HEAD_CONFIGS = sorted(osp.basename(p) for p in glob.glob(osp.join(CONFIGS, '*.py'))
+                      if osp.basename(p).startswith(HEADS))
+# The real backbone levels of each family and the levels each head reads (backbone + neck).
+BACKBONE_STRIDES = {'cvt': [4, 8, 16], 'cmt': [4, 8, 16, 32]}
+
+
+NARROW_ARCHS = dict(cvt=dict(embed_dims=[16, 32, 64], num_heads=[1, 2, 4], depths=[1, 1, 1]),
+                   cmt=dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 1, 2, 4],
+                            depths=[1, 1, 1, 1]))
+
+
+def expected_levels(name):
+    """(strides the backbone returns, strides the head reads) for a config file name."""
+    family = 'cvt' if '_cvt' in name else 'cmt'
+    real = BACKBONE_STRIDES[family]
+    if name.startswith('cascade_mask_rcnn'):
+        return real, [4, 8, 16, 32, 64]
+    if name.startswith('dino_4scale'):  # R-50's four scales: C3.. and synthetic levels
+        return [s for s in real if s >= 8], [8, 16, 32, 64]
+    if name.startswith('dino_5scale'):  # Swin-L's five: every stage and synthetic levels
+        return real, [4, 8, 16, 32, 64]
+    if name.startswith('mask2former'):
+        return real, [4, 8, 16, 32]
+    return real, real  # Semantic FPN: the real levels only, as UperNet
+
+
+def test_every_head_and_size_has_its_configs():
+    for head in ('cascade_mask_rcnn_{}_coco.py', 'cascade_mask_rcnn_{}_ms-3x_coco.py',
+                 'dino_4scale_{}_12e_coco.py', 'mask2former_{}_coco.py',
+                 'mask2former_{}_ade20k.py', 'sem_fpn_{}_ade20k.py'):
+        for size in ('cvt13', 'cvt21', 'cmt_s', 'cmt_b'):
+            assert head.format(size) in HEAD_CONFIGS
+    assert {'dino_5scale_cvt13_12e_coco.py', 'dino_5scale_cmt_s_12e_coco.py'} <= \
+        set(HEAD_CONFIGS)
+
+
+@pytest.mark.parametrize('name', HEAD_CONFIGS)
+def test_levels_and_strides(name):
+    """The backbone's and the neck's outputs on a 128 px image have the strides the head's
+    settings name: RPN anchors and RoI extractors (Cascade), feature levels of deformable
+    attention (DINO, Mask2Former's pixel decoder), FPNHead's feature strides."""
+    cfg = Config.fromfile(osp.join(CONFIGS, name))
+    init_default_scope(cfg.default_scope)
+    registry = __import__(f'{cfg.default_scope}.registry', fromlist=['MODELS']).MODELS
+    model = cfg.model
+    # The strides depend on the stages, not on their widths or depths: a narrow backbone of
+    # the config's family (and its neck at those widths) shows them in a fraction of the time.
+    family = 'cvt' if '_cvt' in name else 'cmt'
+    backbone = registry.build(dict(model.backbone, init_cfg=None,
+                                   arch=NARROW_ARCHS[family])).eval()
+    neck = None
+    if 'neck' in model:
+        widths = [NARROW_ARCHS[family]['embed_dims'][i] for i in model.backbone.out_indices]
+        assert len(model.neck.in_channels) == len(widths)
+        neck = registry.build(dict(model.neck, in_channels=widths)).eval()
+    size = 128
+    with torch.no_grad():
+        stages = backbone(torch.zeros(1, 3, size, size))
+        levels = neck(stages) if neck is not None else stages
+    real, read = expected_levels(name)
+    assert [size // s.shape[-1] for s in stages] == real
+    assert [size // f.shape[-1] for f in levels] == read
+    if name.startswith('cascade_mask_rcnn'):
+        assert model.rpn_head.anchor_generator.strides == read
+        assert model.roi_head.bbox_roi_extractor.featmap_strides == read[:4]
+        assert model.roi_head.mask_roi_extractor.featmap_strides == read[:4]
+        if '_cvt' in name:  # P5 learned from C4 (not max-pooled from P4), as Mask R-CNN
+            assert model.neck.add_extra_convs == 'on_input'
+    elif name.startswith('dino'):
+        assert model.get('num_feature_levels', 4) == len(read)  # DINO's default: 4
+        assert model.encoder.layer_cfg.self_attn_cfg.num_levels == len(read)
+        assert model.decoder.layer_cfg.cross_attn_cfg.num_levels == len(read)
+    elif name.startswith('mask2former'):
+        head = model.get('panoptic_head', model.get('decode_head'))
+        assert head.strides == read
+        # Deformable attention and the masked-attention decoder: the three coarsest levels.
+        attn = head.pixel_decoder.encoder.layer_cfg.self_attn_cfg
+        assert attn.num_levels == head.num_transformer_feat_level == 3
+        assert read[-attn.num_levels:] == [8, 16, 32]
+    else:
+        assert model.decode_head.feature_strides == read
+        assert len(model.decode_head.in_index) == len(read)
+
+
+@pytest.mark.parametrize('name', ['dino_4scale_cvt13_12e_coco.py', 'mask2former_cvt13_coco.py',
+                                  'mask2former_cmt_s_ade20k.py'])
+def test_backbone_trains_at_a_tenth_of_the_lr_position_parameters_without_decay(name):
+    """The recipes of DINO and Mask2Former: the backbone at 0.1x the LR, CvT's cls token and
+    CMT's relative position biases at the backbone's LR without weight decay."""
+    from mmengine.optim import build_optim_wrapper
+
+    from helpers import build_model_from_config
+    cfg = Config.fromfile(osp.join(CONFIGS, name))
+    model = build_model_from_config(cfg)
+    optim = build_optim_wrapper(model, cfg.optim_wrapper).optimizer
+    base_lr, base_decay = cfg.optim_wrapper.optimizer.lr, cfg.optim_wrapper.optimizer.weight_decay
+    group_of = {id(p): g for g in optim.param_groups for p in g['params']}
+    checked = 0
+    for pname, param in model.named_parameters():
+        if id(param) not in group_of:
+            continue
+        group = group_of[id(param)]
+        if pname.startswith('backbone.'):
+            assert group['lr'] == pytest.approx(0.1 * base_lr), pname
+            if 'cls_token' in pname or 'relative_pos' in pname:
+                assert group['weight_decay'] == 0, pname
+                checked += 1
+        elif pname.startswith(('encoder.', 'panoptic_head.transformer_decoder',
+                               'decode_head.transformer_decoder')) and param.dim() == 2:
+            assert group['lr'] == pytest.approx(base_lr), pname
+    assert checked and base_decay > 0
+
+
+# One config per head, through tools/train.py, tools/test.py, get_flops.py and
+# extract_backbone.py: both backbones, every kind of level-making (FPN extra convs, a
+# ChannelMapper with two synthetic levels, one synthetic level, none).
+TOOL_RUNS = [
+    ('cascade_mask_rcnn_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP'),
+     {'loss_rpn_cls', 's0.loss_cls', 's2.loss_bbox', 's2.loss_mask'}),
+    ('dino_4scale_cvt13_12e_coco.py', ('coco/bbox_mAP', ),
+     {'loss_cls', 'loss_bbox', 'loss_iou', 'dn_loss_cls', 'enc_loss_cls'}),
+    ('mask2former_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP'),
+     {'loss_cls', 'loss_mask', 'loss_dice', 'd8.loss_mask'}),
+    ('mask2former_cmt_s_ade20k.py', ('mIoU', ),
+     {'decode.loss_cls', 'decode.loss_mask', 'decode.d8.loss_dice'}),
+    ('sem_fpn_cvt13_ade20k.py', ('mIoU', ), {'decode.loss_ce'}),
+]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('base, metrics, losses', TOOL_RUNS,
+                         ids=[osp.splitext(r[0])[0] for r in TOOL_RUNS])
+def test_trains_evaluates_counts_and_exports_through_the_tools(base, metrics, losses, tiny_data,
+                                                               tmp_path):
+    detection = '_coco' in base
+    work = tmp_path / 'work'
+    config = write_user_config(str(tmp_path / 'user.py'), base,
+                               osp.join(tiny_data, 'coco' if detection else 'ade'), str(work),
+                               image_size=96 if detection else 64)
+    train = run_tool(['train.py', config], timeout=900)
+    log = train.stdout + train.stderr
+    # Two iterations (4 images, batch 2; or max_iters=2), every loss finite.
+    assert re.search(r'\[2/2\]', log), log[-3000:]
+    for key in losses | {'loss'}:
+        values = re.findall(rf'\s{re.escape(key)}: (\S+)', log)
+        assert values and all(math.isfinite(float(v)) for v in values), key
+    checkpoint = str(next(p for p in (work / 'epoch_1.pth', work / 'iter_2.pth') if p.exists()))
+    test = run_tool(['test.py', config, checkpoint, '--work-dir', str(tmp_path / 'eval')],
+                    timeout=600)
+    for metric in metrics:
+        value = re.findall(rf'{re.escape(metric)}: (\S+)', test.stdout + test.stderr)
+        assert value and 0 <= float(value[-1]) <= 100, metric
+
+    # The backbone of the trained detector/segmentor as a clean checkpoint...
+    exported = str(tmp_path / 'backbone.pth')
+    assert load_tool('model_converters/extract_backbone').main([checkpoint, exported]) in \
+        (0, None)
+    trained = torch.load(checkpoint, map_location='cpu', weights_only=False)['state_dict']
+    backbone = torch.load(exported, map_location='cpu', weights_only=True)['state_dict']
+    assert set(backbone) == {k[len('backbone.'):] for k in trained if k.startswith('backbone.')}
+    assert all(torch.equal(v, trained['backbone.' + k]) for k, v in backbone.items())
+
+    # ... and the FLOPs of the config's model, attention counted.
+    get_flops = load_tool('analysis_tools/get_flops')
+    from cvt_mm.flops import get_flops as count
+    r = count(config, (96, 96))
+    assert r['flops'] > r['backbone_flops'] > 0 and r['attention_flops'] > 0
+    assert get_flops.parse_args([config, '--shape', '96']).shape == [96, 96]
