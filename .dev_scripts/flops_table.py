@@ -249,7 +249,16 @@ def update_metafile_text(text: str, table: Dict[str, Dict[str, str]]) -> str:
 
 
 TASKS = (('mask_rcnn', 'Instance Segmentation'), ('retinanet', 'Object Detection'),
-         ('upernet', 'Semantic Segmentation'), ('imagenet', 'Image Classification'))
+         ('upernet', 'Semantic Segmentation'), ('imagenet', 'Image Classification'),
+         ('cascade_mask_rcnn', 'Instance Segmentation'), ('dino', 'Object Detection'),
+         ('sem_fpn', 'Semantic Segmentation'))
+
+
+def task_name(config: str) -> str:
+    """The task a config file name stands for (Mask2Former: by its dataset)."""
+    if config.startswith('mask2former'):
+        return 'Semantic Segmentation' if '_ade20k' in config else 'Instance Segmentation'
+    return next(t for prefix, t in TASKS if config.startswith(prefix))
 
 
 def render_zoo_table(metafile: str) -> str:
@@ -263,7 +272,7 @@ def render_zoo_table(metafile: str) -> str:
     for model in index.models:
         meta = model.metadata.data
         name = osp.basename(model.config)
-        task = next(t for prefix, t in TASKS if name.startswith(prefix))
+        task = task_name(name)
         results = '; '.join(
             f'{result.dataset} ' + ', '.join(f'{k} {v}' for k, v in result.metrics.items())
             for result in (model.results or [])) or '–'
