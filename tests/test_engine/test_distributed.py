@@ -101,7 +101,7 @@ def test_one_step_gives_every_trainable_parameter_a_gradient(config):
     if cfg.model.type == 'DINO':
         # DINO picks its 900 queries among the encoder's tokens: 256 at 96x128 (4 scales).
         cfg.model.num_queries = 100
-    for augment in cfg.model.data_preprocessor.get('batch_augments') or []:
+    for augment in (cfg.model.get('data_preprocessor') or {}).get('batch_augments') or []:
         if 'size' in augment:  # Mask2Former's 1024x1024 pad: the test's small input instead
             augment['size'] = INPUT_SIZES[cfg.default_scope]
     torch.manual_seed(0)
