@@ -62,6 +62,10 @@ class TrainingPreempted(SystemExit):
         self.checkpoint, self.signal_name = checkpoint, signal_name
 
 
+def _find_checkpoint_hook(runner) -> Optional[CheckpointHook]:
+    return next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+
+
 def _optimizer_stepped(runner) -> bool:
     """Whether the iteration that just ended stepped the optimizer (with gradient
     accumulation, ``accumulative_counts > 1``, only every n-th iteration does)."""
@@ -186,7 +190,7 @@ class PreemptionHook(Hook):
     # ------------------------------------------------------------------------- saving
     @staticmethod
     def _checkpoint_hook(runner) -> CheckpointHook:
-        hook = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+        hook = _find_checkpoint_hook(runner)
         if hook is None:  # a runner built without MMEngine's default hooks
             hook = CheckpointHook(interval=-1, by_epoch=False)
             hook.before_train(runner)
@@ -220,7 +224,7 @@ class PreemptionHook(Hook):
 
     def _remove_replaced_mid_epoch_checkpoints(self, runner) -> None:
         recorded = runner.message_hub.get_info(_MID_EPOCH_CHECKPOINTS) or []
-        hook = next((h for h in runner.hooks if isinstance(h, CheckpointHook)), None)
+        hook = _find_checkpoint_hook(runner)
         if (not recorded or hook is None or hook.max_keep_ckpts <= 0
                 or runner.message_hub.get_info('last_ckpt') in recorded):
             return  # kept: every checkpoint is, or none newer has been saved yet
