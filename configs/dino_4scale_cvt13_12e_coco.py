@@ -2,23 +2,16 @@
 # dino/dino-4scale_r50_8xb2-12e_coco.py (model, multi-scale crop training, AdamW lr 1e-4 /
 # weight decay 1e-4, backbone at 0.1x the LR, gradients clipped at 0.1, LR x0.1 after epoch
 # 11, 16 images per iteration) with the CvT-13 backbone. Not yet trained here.
-_base_ = 'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py'
+_base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/backbones/cvt13.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        # The strides DINO's R-50 4-scale model attends over are 8/16/32/64: C3-C4 here
-        # (strides 8 and 16), stage 0 not returned (no unused output norm under DDP).
-        out_indices=(1, 2),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,  # our Mask R-CNN's rate (DINO's Swin-L keeps its 0.2 too)
-        norm_eval=True,  # BatchNorm at 2 images per GPU: as our Mask R-CNN
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # Drop path 0.1 (_base_/backbones/cvt13.py), our Mask R-CNN's (DINO's Swin-L keeps its 0.2
+    # too).
+    # The strides DINO's R-50 4-scale model attends over are 8/16/32/64: C3-C4 here
+    # (strides 8 and 16), stage 0 not returned (no unused output norm under DDP).
+    # BatchNorm at 2 images per GPU: as our Mask R-CNN.
+    backbone=dict(_base_.cvt13_backbone, _delete_=True, out_indices=(1, 2), norm_eval=True),
     # ChannelMapper maps C3-C4 to 256 channels (1x1 conv + GN) and adds the stride-32 and
     # stride-64 levels with stride-2 3x3 convs + GN, the first on C4 itself: deformable
     # attention samples the same four strides (8-64) as with R-50, where only the stride-64

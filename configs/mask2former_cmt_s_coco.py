@@ -2,21 +2,15 @@
 # mask2former/mask2former_r50_8xb2-lsj-50e_coco.py with the CMT-S backbone, whose four stages
 # (strides 4-32) are exactly the levels the head reads (no neck). Recipe as
 # mask2former_cvt13_coco.py.
-_base_ = 'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py'
+_base_ = [
+    'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
+    './_base_/backbones/cmt_s.py',
+]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
-pretrained = 'checkpoints/cmt_small.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CMT',
-        arch='s',
-        out_indices=(0, 1, 2, 3),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        norm_eval=True,  # BatchNorm at 2 images per GPU, as the base's R-50
-        selective_cp=True,  # 0.45x the activation memory, same gradients: docs/benchmarks.md
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # BatchNorm at 2 images per GPU, as the base's R-50.
+    backbone=dict(_base_.cmt_s_backbone, _delete_=True, out_indices=(0, 1, 2, 3), norm_eval=True),
     panoptic_head=dict(in_channels=[64, 128, 256, 512]),
     init_cfg=None)
 # MMDetection's instance config keeps its panoptic base's seg folder (annotations/panoptic_*),

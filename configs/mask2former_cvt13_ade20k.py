@@ -2,20 +2,16 @@
 # mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py (512x512 crops, 160k iterations of
 # 16 images, AdamW lr 1e-4 / weight decay 0.05, backbone at 0.1x the LR, gradients clipped at
 # 0.01, poly decay) with the CvT-13 backbone, as its Swin-T config swaps in Swin.
-_base_ = 'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py'
+_base_ = [
+    'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
+    './_base_/backbones/cvt13.py',
+]
 custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
 
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        out_indices=(0, 1, 2),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,  # our UperNet's rate (Swin-T: 0.3 for both UperNet and Mask2Former)
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # Drop path 0.1 (_base_/backbones/cvt13.py), our UperNet's (Swin-T: 0.3 for both UperNet
+    # and Mask2Former).
+    backbone=dict(_base_.cvt13_backbone, _delete_=True, out_indices=(0, 1, 2)),
     # The three stages and a stride-32 level by a stride-2 conv on C4, as in
     # mask2former_cvt13_coco.py: the head's deformable encoder and masked-attention decoder
     # keep their three levels (strides 8/16/32). MMDetection's ChannelMapper, which

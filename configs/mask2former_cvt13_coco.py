@@ -4,23 +4,18 @@
 # LR, gradients clipped at 0.01) with the CvT-13 backbone, as its Swin-T config swaps in Swin.
 # Panoptic segmentation is left out: its evaluation needs panopticapi
 # (docs/detection_segmentation.md).
-_base_ = 'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py'
+_base_ = [
+    'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
+    './_base_/backbones/cvt13.py',
+]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        out_indices=(0, 1, 2),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,  # our UperNet's rate (Swin-T: 0.3 for both UperNet and Mask2Former)
-        # BatchNorm at 2 images per GPU: ImageNet statistics kept, as the base's R-50 and our
-        # Mask R-CNN.
-        norm_eval=True,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # Drop path 0.1 (_base_/backbones/cvt13.py), our UperNet's (Swin-T: 0.3 for both UperNet
+    # and Mask2Former).
+    # BatchNorm at 2 images per GPU: ImageNet statistics kept, as the base's R-50 and our
+    # Mask R-CNN.
+    backbone=dict(_base_.cvt13_backbone, _delete_=True, out_indices=(0, 1, 2), norm_eval=True),
     # Mask2Former's pixel decoder runs deformable attention over strides 8/16/32 and its
     # masked-attention decoder cycles through those three levels (9 layers = 3 rounds); the
     # stride-4 map only feeds the mask features. CvT ends at stride 16, so a ChannelMapper maps

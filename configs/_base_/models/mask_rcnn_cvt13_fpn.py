@@ -1,26 +1,15 @@
-# MMDetection's Mask R-CNN + FPN with a CvT-13 backbone, initialised from the official
-# ImageNet-1k file (loaded as published; `tools/misc/download_checkpoints.py` fetches it).
-_base_ = 'mmdet::_base_/models/mask-rcnn_r50_fpn.py'
+# MMDetection's Mask R-CNN + FPN with a CvT-13 backbone (../backbones/cvt13.py: the official
+# ImageNet-1k file, loaded as published).
+_base_ = ['mmdet::_base_/models/mask-rcnn_r50_fpn.py', '../backbones/cvt13.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        out_indices=(0, 1, 2),
-        # A LayerNorm on each output, as Swin/PVT give their dense-prediction outputs.
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,
-        # BatchNorm at 2 images per GPU: keep the ImageNet statistics (the BN affine
-        # parameters still train), as MMDetection does for its BN backbones (ResNet, RegNet,
-        # HRNet). Statistics of 2 images are noisy and differ between training and testing;
-        # SyncBN would cost two all-reduces per BN layer per step to re-estimate statistics
-        # that a 1x fine-tuning barely moves.
-        norm_eval=True,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # BatchNorm at 2 images per GPU: keep the ImageNet statistics (the BN affine
+    # parameters still train), as MMDetection does for its BN backbones (ResNet, RegNet,
+    # HRNet). Statistics of 2 images are noisy and differ between training and testing;
+    # SyncBN would cost two all-reduces per BN layer per step to re-estimate statistics
+    # that a 1x fine-tuning barely moves.
+    backbone=dict(_base_.cvt13_backbone, _delete_=True, out_indices=(0, 1, 2), norm_eval=True),
     # CvT has three stages (strides 4, 8, 16). FPN turns them into P2-P4 and adds P5 (stride
     # 32) and P6 (stride 64) with stride-2 3x3 convs: P5 is computed from C4 itself
     # ('on_input'), so the level that the RoI extractor uses for large objects is learned

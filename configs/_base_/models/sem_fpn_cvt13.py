@@ -1,22 +1,14 @@
-# MMSegmentation's Semantic FPN with a CvT-13 backbone, initialised from the official
-# ImageNet-1k file, for 512x512 crops and ADE20K's 150 classes.
-_base_ = 'mmseg::_base_/models/fpn_r50.py'
+# MMSegmentation's Semantic FPN with a CvT-13 backbone (../backbones/cvt13.py: the official
+# ImageNet-1k file), for 512x512 crops and ADE20K's 150 classes.
+_base_ = ['mmseg::_base_/models/fpn_r50.py', '../backbones/cvt13.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
 data_preprocessor = dict(size=(512, 512))
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
 model = dict(
     data_preprocessor=data_preprocessor,
     pretrained=None,
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        out_indices=(0, 1, 2),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,  # our UperNet's rate
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # Drop path 0.1 (backbones/cvt13.py), our UperNet's.
+    backbone=dict(_base_.cvt13_backbone, _delete_=True, out_indices=(0, 1, 2)),
     # CvT has three stages (strides 4/8/16). FPNHead upsamples and sums whatever levels it is
     # given, so it takes the three real ones, as our UperNet does; a stride-32 level made by a
     # strided conv of C4 would start untrained and add no context, since CvT's last stage

@@ -1,23 +1,14 @@
-# MMSegmentation's UperNet + auxiliary FCN head with a CMT-S backbone, initialised from the
-# official ImageNet-1k file. CMT has four stages (strides 4-32), so UPerHead gets the standard
-# four levels with pyramid pooling on the stride-32 one.
-_base_ = 'mmseg::_base_/models/upernet_r50.py'
+# MMSegmentation's UperNet + auxiliary FCN head with a CMT-S backbone (../backbones/cmt_s.py:
+# the official ImageNet-1k file). CMT has four stages (strides 4-32), so UPerHead gets the
+# standard four levels with pyramid pooling on the stride-32 one.
+_base_ = ['mmseg::_base_/models/upernet_r50.py', '../backbones/cmt_s.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
 data_preprocessor = dict(size=(512, 512))
-pretrained = 'checkpoints/cmt_small.pth'
 model = dict(
     data_preprocessor=data_preprocessor,
     pretrained=None,
-    backbone=dict(
-        _delete_=True,
-        type='CMT',
-        arch='s',
-        out_indices=(0, 1, 2, 3),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        selective_cp=True,  # 0.45x the activation memory, same gradients: docs/benchmarks.md
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    backbone=dict(_base_.cmt_s_backbone, _delete_=True, out_indices=(0, 1, 2, 3)),
     decode_head=dict(in_channels=[64, 128, 256, 512], in_index=[0, 1, 2, 3],
                      pool_scales=(1, 2, 3, 6), num_classes=150),
     # Deep supervision on the stride-16 stage, as for ResNet/Swin UperNets.

@@ -1,22 +1,13 @@
-# MMSegmentation's UperNet + auxiliary FCN head with a CvT-13 backbone, initialised from the
-# official ImageNet-1k file, for 512x512 crops and ADE20K's 150 classes.
-_base_ = 'mmseg::_base_/models/upernet_r50.py'
+# MMSegmentation's UperNet + auxiliary FCN head with a CvT-13 backbone (../backbones/cvt13.py:
+# the official ImageNet-1k file), for 512x512 crops and ADE20K's 150 classes.
+_base_ = ['mmseg::_base_/models/upernet_r50.py', '../backbones/cvt13.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
 data_preprocessor = dict(size=(512, 512))
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
 model = dict(
     data_preprocessor=data_preprocessor,
     pretrained=None,
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        out_indices=(0, 1, 2),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    backbone=dict(_base_.cvt13_backbone, _delete_=True, out_indices=(0, 1, 2)),
     # CvT has three stages (strides 4, 8, 16). UPerHead works on any number of levels, so it
     # takes the three real ones and runs its pyramid pooling on the stride-16 map (32x32 for a
     # 512 crop, so pool scales 1/2/3/6 all cover several cells). We add no synthetic
