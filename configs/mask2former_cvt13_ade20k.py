@@ -1,8 +1,12 @@
 # Mask2Former with CvT-13 for ADE20K semantic segmentation: MMSegmentation's
-# mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py with our recipe's additions
-# (_base_/mask2former_ade20k_recipe.py: its 512x512 crops, 160k iterations, AdamW and 0.1x
-# backbone LR; SyncBN) and the CvT-13 backbone, as its Swin-T config swaps in Swin.
-_base_ = ['./_base_/mask2former_ade20k_recipe.py', './_base_/backbones/cvt13.py']
+# mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py (512x512 crops, 160k iterations of
+# 16 images, AdamW lr 1e-4 / weight decay 0.05, backbone at 0.1x the LR, gradients clipped at
+# 0.01, poly decay) with the CvT-13 backbone, as its Swin-T config swaps in Swin.
+_base_ = [
+    'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
+    './_base_/backbones/cvt13.py',
+]
+custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our UperNet's (Swin-T: 0.3 for both UperNet
@@ -16,3 +20,9 @@ model = dict(
               out_channels=256, act_cfg=None, norm_cfg=dict(type='GN', num_groups=32),
               num_outs=4),
     decode_head=dict(in_channels=[256, 256, 256, 256], strides=[4, 8, 16, 32]))
+# SyncBN across GPUs for the backbone's BatchNorms, as our UperNet (upernet_cvt13.py): 160k
+# iterations of dense labels re-estimate the statistics (tools/train.py reverts it on CPUs).
+sync_bn = 'torch'
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'cls_token': dict(lr_mult=0.1, decay_mult=0.),
+    'relative_pos': dict(lr_mult=0.1, decay_mult=0.)}))

@@ -1,9 +1,14 @@
 # Mask2Former with CvT-13 for COCO instance segmentation: MMDetection's
-# mask2former/mask2former_r50_8xb2-lsj-50e_coco.py with our recipe's additions
-# (_base_/mask2former_coco_recipe.py: its LSJ 1024 data, 50 epochs, AdamW and 0.1x backbone
-# LR) and the CvT-13 backbone, as its Swin-T config swaps in Swin. Panoptic segmentation is
-# left out: its evaluation needs panopticapi (docs/detection_segmentation.md).
-_base_ = ['./_base_/mask2former_coco_recipe.py', './_base_/backbones/cvt13.py']
+# mask2former/mask2former_r50_8xb2-lsj-50e_coco.py (large-scale jitter at 1024x1024, 50 epochs
+# as 368,750 iterations of 16 images, AdamW lr 1e-4 / weight decay 0.05, backbone at 0.1x the
+# LR, gradients clipped at 0.01) with the CvT-13 backbone, as its Swin-T config swaps in Swin.
+# Panoptic segmentation is left out: its evaluation needs panopticapi
+# (docs/detection_segmentation.md).
+_base_ = [
+    'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
+    './_base_/backbones/cvt13.py',
+]
+custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our UperNet's (Swin-T: 0.3 for both UperNet
@@ -19,4 +24,15 @@ model = dict(
     neck=dict(type='ChannelMapper', in_channels=[64, 192, 384], kernel_size=1,
               out_channels=256, act_cfg=None, norm_cfg=dict(type='GN', num_groups=32),
               num_outs=4),
-    panoptic_head=dict(in_channels=[256, 256, 256, 256], strides=[4, 8, 16, 32]))
+    panoptic_head=dict(in_channels=[256, 256, 256, 256], strides=[4, 8, 16, 32]),
+    init_cfg=None)
+# The base's parameter groups (backbone at 0.1x the LR; queries and level embeddings, norms
+# without weight decay) and CvT's cls token without weight decay, at the backbone's LR.
+# MMDetection's instance config keeps its panoptic base's seg folder (annotations/panoptic_*),
+# which instance segmentation never reads; data checks would ask for it.
+train_dataloader = dict(dataset=dict(data_prefix=dict(_delete_=True, img='train2017/')))
+val_dataloader = dict(dataset=dict(data_prefix=dict(_delete_=True, img='val2017/')))
+test_dataloader = val_dataloader
+optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
+    'cls_token': dict(lr_mult=0.1, decay_mult=0.),
+    'relative_pos': dict(lr_mult=0.1, decay_mult=0.)}))
