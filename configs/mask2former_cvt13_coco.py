@@ -26,13 +26,13 @@ model = dict(
               num_outs=4),
     panoptic_head=dict(in_channels=[256, 256, 256, 256], strides=[4, 8, 16, 32]),
     init_cfg=None)
-# The base's parameter groups (backbone at 0.1x the LR; queries and level embeddings, norms
-# without weight decay) and CvT's cls token without weight decay, at the backbone's LR.
 # MMDetection's instance config keeps its panoptic base's seg folder (annotations/panoptic_*),
 # which instance segmentation never reads; data checks would ask for it.
 train_dataloader = dict(dataset=dict(data_prefix=dict(_delete_=True, img='train2017/')))
 val_dataloader = dict(dataset=dict(data_prefix=dict(_delete_=True, img='val2017/')))
 test_dataloader = val_dataloader
+# The base's parameter groups (backbone at 0.1x the LR; queries and level embeddings, norms
+# without weight decay) and CvT's cls token without weight decay, at the backbone's LR.
 optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
     'cls_token': dict(lr_mult=0.1, decay_mult=0.),
     'relative_pos': dict(lr_mult=0.1, decay_mult=0.)}))
