@@ -28,9 +28,10 @@ from .layers import (
     ResidualDropPath,
     nchw_to_nlc,
     nlc_to_nchw,
+    split_tokens,
     stochastic_depth_rates,
 )
-from .quick_gelu import InplaceQuickGELU
+from .quick_gelu import FusedQuickGELU
 from .recomputation import run_blocks
 
 ARCH_SETTINGS = {
@@ -110,8 +111,10 @@ class ConvAttention(nn.Module):
         self.proj = nn.Linear(dims, dims)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
-        cls_tokens, tokens = x[:, :num_cls_tokens], x[:, num_cls_tokens:]
-        fmap = nlc_to_nchw(tokens, hw)
+        cls_tokens, tokens = split_tokens(x, num_cls_tokens)
+        # Without the cls token the map is strided; each of the three convolutions would copy
+        # it (and again in its backward), so it is copied once here.
+        fmap = nlc_to_nchw(tokens.contiguous(), hw)
         q, k, v = (proj(fmap) for proj in (self.conv_proj_q, self.conv_proj_k,
                                            self.conv_proj_v))
         if num_cls_tokens:  # (a concatenation with nothing would still copy)
@@ -124,13 +127,13 @@ class ConvAttention(nn.Module):
 
 
 class Mlp(nn.Module):
-    """``fc2(QuickGELU(fc1(x)))``, the activation of the official weights (computed in place
-    on fc1's output: :class:`~.quick_gelu.InplaceQuickGELU`)."""
+    """``fc2(QuickGELU(fc1(x)))``, the activation of the official weights (in fused passes:
+    :class:`~.quick_gelu.FusedQuickGELU`)."""
 
     def __init__(self, dims: int, hidden_dims: int):
         super().__init__()
         self.fc1 = nn.Linear(dims, hidden_dims)
-        self.act = InplaceQuickGELU()
+        self.act = FusedQuickGELU()
         self.fc2 = nn.Linear(hidden_dims, dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -174,8 +177,8 @@ class CvTStage(nn.Module):
             num_cls = 1
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
         x = run_blocks(self.blocks, x, hw, num_cls, with_cp=self.with_cp)
-        cls_token = x[:, :num_cls] if num_cls else None
-        return nlc_to_nchw(x[:, num_cls:], hw), cls_token
+        cls_token, x = split_tokens(x, num_cls)
+        return nlc_to_nchw(x, hw), cls_token if num_cls else None
 
 
 def stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[float]]:

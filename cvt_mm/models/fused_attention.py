@@ -52,14 +52,19 @@ class BiasGradAttention(torch.autograd.Function):
 
     @staticmethod
     def backward(ctx, grad_out):
-        q, k, v, bias, out = ctx.saved_tensors
+        q_in, k_in, v_in, bias, out = ctx.saved_tensors
         scale, rows = ctx.scale, ctx.query_rows
-        nq = q.shape[-2]
+        nq = q_in.shape[-2]
+        # Per-head views of token tensors are strided: each chunk's matmul would copy them
+        # (and the transposed k, v) again, so they are copied once.
+        q, k, v, grad_out = (t.contiguous() for t in (q_in, k_in, v_in, grad_out))
         # Sums over query chunks accumulate in at least float32 (inputs may be bf16/fp16).
-        acc = dict(dtype=torch.promote_types(q.dtype, torch.float32), device=q.device)
-        grad_q = torch.empty_like(q)
-        grad_k = torch.zeros(k.shape, **acc)
-        grad_v = torch.zeros(v.shape, **acc)
+        acc_dtype = torch.promote_types(q.dtype, torch.float32)
+        acc = dict(dtype=acc_dtype, device=q.device)
+        # Gradients in the inputs' layouts, so that merging the heads back is a view.
+        grad_q = torch.empty_like(q_in)
+        grad_k = torch.zeros_like(k_in, dtype=acc_dtype)
+        grad_v = torch.zeros_like(v_in, dtype=acc_dtype)
         per_query_bias = bias.shape[-2] != 1
         # A per-query bias gets each chunk's rows written once; a broadcast one accumulates.
         grad_bias = (torch.empty if per_query_bias else torch.zeros)(bias.shape, **acc)

@@ -70,6 +70,20 @@ def nlc_to_nchw(x: torch.Tensor, hw: Sequence[int]) -> torch.Tensor:
     return rearrange(x, 'b (h w) c -> b c h w', h=h, w=w)
 
 
+def split_tokens(x: torch.Tensor, num_leading: int):
+    """(B, N, C) tokens -> the first ``num_leading`` (e.g. a cls token) and the rest, as
+    views. One ``split``, not two slices: its backward writes both gradients into one new
+    tensor, where each slice's backward zero-fills a tensor of the full size.
+
+    Example::
+
+        >>> cls_token, tokens = split_tokens(torch.randn(2, 1 + 49, 8), 1)
+        >>> tuple(cls_token.shape), tuple(tokens.shape)
+        ((2, 1, 8), (2, 49, 8))
+    """
+    return x.split([num_leading, x.shape[1] - num_leading], dim=1)
+
+
 def stochastic_depth_rates(total_rate: float, depths: Sequence[int]) -> list:
     """Per-block drop-path rates rising linearly from 0 to ``total_rate`` over all blocks
     (the Swin/PVT/CMT convention), returned as one list per stage.

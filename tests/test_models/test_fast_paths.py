@@ -7,12 +7,13 @@ from mmcv.cnn.bricks import DropPath
 from torch.profiler import ProfilerActivity, profile
 
 import cvt_mm  # noqa: F401  (registers the backbones)
-from cvt_mm.models.attention import attention, reference_attention
+from cvt_mm.models.attention import attention, merge_heads, reference_attention, split_heads
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.fused_attention import BiasGradAttention, sdpa_attention
-from cvt_mm.models.layers import ResidualDropPath
-from cvt_mm.models.quick_gelu import InplaceQuickGELU, QuickGELU
+from cvt_mm.models.fused_projections import shared_input_linears
+from cvt_mm.models.layers import ResidualDropPath, split_tokens
+from cvt_mm.models.quick_gelu import FusedQuickGELU, QuickGELU
 
 FUSED_CPU = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 MATH = 'aten::_scaled_dot_product_attention_math'
@@ -109,6 +110,33 @@ def test_bias_grad_attention_matches_autograd_of_the_plain_formula(bias_shape, r
         torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
 
 
+def test_bias_grad_attention_on_per_head_views_returns_gradients_that_merge_as_views():
+    """As the models call it: q, k, v are per-head views of token tensors (k and v split
+    from one projection), which the backward copies once; its gradients come back exact,
+    and q's in q's layout, so merging the heads back costs no copy."""
+    gen = torch.Generator().manual_seed(5)
+    heads = 2
+    tokens = torch.randn(2, 20, 8, generator=gen, dtype=torch.float64)
+    kv_tokens = torch.randn(2, 6, 16, generator=gen, dtype=torch.float64)
+    bias = torch.randn(1, heads, 20, 6, generator=gen, dtype=torch.float64)
+    results = []
+    for fn in (lambda *a: reference_attention(*a[:3], 0.4, bias=a[3]),
+               lambda *a: BiasGradAttention.apply(*a, 0.4, 7)):
+        leaves = [t.clone().requires_grad_() for t in (tokens, kv_tokens, bias)]
+        q = split_heads(leaves[0], heads)
+        k, v = (split_heads(t, heads) for t in leaves[1].split(8, dim=-1))
+        seen = []
+        q.register_hook(seen.append)  # the gradient as it reaches the heads' view
+        out = fn(q, k, v, leaves[2])
+        out.backward(torch.ones_like(out))
+        results.append([out] + [t.grad for t in leaves])
+    grad_q, = seen
+    for name, ref, ours in zip(('out', 'q', 'kv', 'bias'), *results):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12, msg=name)
+    assert grad_q.stride() == q.stride()
+    assert merge_heads(grad_q).data_ptr() == grad_q.data_ptr()
+
+
 def test_bias_grad_attention_passes_gradcheck():
     gen = torch.Generator().manual_seed(2)
     args = [torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
@@ -154,17 +182,55 @@ def test_cvt_mlp_is_fc2_of_quick_gelu_of_fc1_with_its_gradients():
         torch.testing.assert_close(a, b)
 
 
-def test_inplace_quick_gelu_overwrites_its_input_and_refuses_a_leaf():
-    """Its contract: the input is consumed (no new tensor for ``a x``), so a tensor that a
-    caller still needs, such as a leaf that requires grad, is refused by autograd."""
-    h = torch.randn(4, 6)
-    expected = QuickGELU()(h)
-    given = h.clone()
-    out = InplaceQuickGELU()(given)
-    torch.testing.assert_close(out, expected)
-    assert not torch.equal(given, h)  # overwritten (with 1.702 h)
-    with pytest.raises(RuntimeError, match='leaf Variable that requires grad'):
-        InplaceQuickGELU()(h.clone().requires_grad_())
+@pytest.mark.parametrize('requires_grad', [True, False])
+def test_fused_quick_gelu_leaves_its_input_and_matches_the_formula(requires_grad):
+    """Values and gradients of ``x * sigmoid(1.702 x)``, on a Linear's 3-D output (a view of
+    the product, where an in-place rewrite costs autograd copies) and with autograd off."""
+    torch.manual_seed(0)
+    fc = torch.nn.Linear(6, 12).requires_grad_(requires_grad)
+    x = torch.randn(2, 5, 6)
+    h = fc(x)
+    before = h.detach().clone()
+    params = list(fc.parameters())
+    if requires_grad:
+        fused = values_and_grads(lambda: FusedQuickGELU()(fc(x)), *params)
+        plain = values_and_grads(lambda: QuickGELU()(fc(x)), *params)
+        for a, b in zip(fused[1], plain[1]):
+            torch.testing.assert_close(a, b)
+    out = FusedQuickGELU()(h)
+    torch.testing.assert_close(out, QuickGELU()(h))
+    assert torch.equal(h, before)  # the input is not overwritten
+
+
+def test_split_tokens_is_two_slices_with_one_gradient_tensor():
+    x = torch.randn(2, 1 + 12, 4, requires_grad=True)
+    cls_token, tokens = split_tokens(x, 1)
+    assert torch.equal(cls_token, x[:, :1]) and torch.equal(tokens, x[:, 1:])
+    weights = torch.randn(2, 13, 4)
+    grad, = torch.autograd.grad((cls_token * weights[:, :1]).sum()
+                                + (tokens * weights[:, 1:]).sum(), x)
+    torch.testing.assert_close(grad, weights)
+    none, all_tokens = split_tokens(x, 0)  # no cls token: all of them
+    assert none.shape == (2, 0, 4) and torch.equal(all_tokens, x)
+
+
+@pytest.mark.parametrize('bias', [True, False])
+def test_shared_input_linears_are_the_layers_values_and_gradients(bias):
+    torch.manual_seed(0)
+    layers = [torch.nn.Linear(8, n, bias=bias) for n in (8, 8, 16)]
+    x = torch.randn(3, 5, 8, requires_grad=True)
+    params = [x] + [p for layer in layers for p in layer.parameters()]
+    fused = values_and_grads(lambda: torch.cat(shared_input_linears(x, *layers), -1), *params)
+    plain = values_and_grads(lambda: torch.cat([layer(x) for layer in layers], -1), *params)
+    torch.testing.assert_close(fused[0], plain[0])
+    for a, b in zip(fused[1], plain[1]):
+        torch.testing.assert_close(a, b)
+
+
+def test_shared_input_linears_refuse_a_mix_of_bias_and_none():
+    with pytest.raises(ValueError, match='every layer has a bias or none'):
+        shared_input_linears(torch.randn(2, 4), torch.nn.Linear(4, 4),
+                             torch.nn.Linear(4, 4, bias=False))
 
 
 @pytest.mark.parametrize('drop_prob', [0.0, 0.3])
