@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cluster_runs import make_cluster_data
-from helpers import det_user_config, make_tiny_data, run_tool, seg_user_config
+from helpers import head_user_config, make_tiny_data, run_tool
 
 TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
 
@@ -82,22 +82,18 @@ def free_port() -> int:
 @pytest.fixture(scope='session')
 def dist_train(tiny_data, tmp_path_factory):
     """``dist_train(base)`` -> (config, work_dir, process): a user config inheriting
-    ``configs/<base>`` trained by two CPU processes through tools/dist_train.sh for
-    DIST_ITERATIONS iterations (4 images, batch 2 per process: one iteration per epoch for
-    detection), ending with a checkpoint."""
+    ``configs/<base>`` (:func:`helpers.head_user_config`, the heads at test size) trained by
+    two CPU processes through tools/dist_train.sh for DIST_ITERATIONS iterations (4 images,
+    batch 2 per process: one iteration per epoch for the epoch-based detectors), ending with
+    a checkpoint."""
     runs = {}
 
     def run(base: str):
         if base not in runs:
             root = tmp_path_factory.mktemp(osp.splitext(base)[0])
             work = root / 'work'
-            if base.startswith('upernet'):
-                config = seg_user_config(str(root / 'user.py'), osp.join(tiny_data, 'ade'),
-                                         str(work), max_iters=DIST_ITERATIONS, base=base)
-            else:
-                config = det_user_config(str(root / 'user.py'), base,
-                                         osp.join(tiny_data, 'coco'), str(work),
-                                         max_epochs=DIST_ITERATIONS)
+            config = head_user_config(str(root / 'user.py'), base, tiny_data, str(work),
+                                      max_epochs=DIST_ITERATIONS, max_iters=DIST_ITERATIONS)
             proc = run_tool(['dist_train.sh', config, '2'], timeout=600,
                             env=dict(PORT=str(free_port())))
             runs[base] = (config, work, proc)

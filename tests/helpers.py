@@ -93,10 +93,13 @@ def write_user_config(path: str, base: str, data_root: str, work_dir: str,
     ``tools/misc/make_demo_data.py`` with its classes, train from random weights at
     ``image_size``, and keep the base's model, BatchNorm policy, optimizer and hooks.
 
-    Detection bases (``mask_rcnn_*``, ``retinanet_*``) read ``data_root`` as COCO layout and
-    train ``max_epochs`` epochs; segmentation bases (``upernet_*``) read it as ADE20K layout
-    and train ``max_iters`` iterations with ``image_size`` crops. ``extra`` adds top-level
-    entries (``name=value``) at the end.
+    Detection bases (``mask_rcnn_*``, ``retinanet_*``, ``cascade_mask_rcnn_*``, ``dino_*``)
+    read ``data_root`` as COCO layout and train ``max_epochs`` epochs; ``mask2former_*_coco``
+    reads it as COCO layout and trains ``max_iters`` iterations (its base is iteration-based);
+    segmentation bases (``upernet_*``, ``sem_fpn_*``, ``mask2former_*_ade20k``) read it as
+    ADE20K layout and train ``max_iters`` iterations with ``image_size`` crops. DINO and
+    Mask2Former are narrowed to test size (``_DET_HEADS``, ``_SEG_HEADS``). ``extra`` adds
+    top-level entries (``name=value``) at the end.
 
     Args:
         path (str): the config file to write.
@@ -106,7 +109,7 @@ def write_user_config(path: str, base: str, data_root: str, work_dir: str,
         image_size (int): training/testing image side (crop side for segmentation).
             Defaults to 96.
         max_epochs (int): detection epochs. Defaults to 1.
-        max_iters (int): segmentation iterations. Defaults to 2.
+        max_iters (int): segmentation and Mask2Former COCO iterations. Defaults to 2.
 
     Returns:
         str: ``path``.
@@ -119,17 +122,20 @@ def write_user_config(path: str, base: str, data_root: str, work_dir: str,
         body = _SEG_USER_CONFIG.format(data_root=data_root, size=image_size,
                                        classes=SEG_CLASSES, palette=SEG_PALETTE,
                                        max_iters=max_iters,
-                                       heads=_SEG_HEADS[name.split('_')[0]])
+                                       heads=_SEG_HEADS[name.split('_')[0]].format(
+                                           size=image_size))
     elif name.startswith(tuple(_DET_HEADS)):
         heads = next(v for k, v in _DET_HEADS.items() if name.startswith(k))
         body = _DET_USER_CONFIG.format(data_root=data_root, size=image_size, classes=SHAPES,
                                        heads=heads.format(size=image_size),
                                        max_epochs=max_epochs)
-        if name.startswith('mask2former'):  # iteration-based: max_epochs epochs of 2
+        if name.startswith('mask2former'):  # iteration-based, as its base
+            # (These replace the body's train_cfg and default_hooks: the logger's interval
+            # is repeated, or the base's 50 logs only the first of a few iterations.)
             body += (f"train_cfg = dict(_delete_=True, type='IterBasedTrainLoop', "
-                     f"max_iters={2 * max_epochs}, val_interval={2 * max_epochs})\n"
-                     f"default_hooks = dict(checkpoint=dict(by_epoch=False, "
-                     f"interval={2 * max_epochs}))\n")
+                     f"max_iters={max_iters}, val_interval={max_iters})\n"
+                     f"default_hooks = dict(logger=dict(interval=1), checkpoint=dict("
+                     f"by_epoch=False, interval={max_iters}))\n")
     elif name.startswith(('mask_rcnn', 'retinanet')):
         roi = ('roi_head=dict(bbox_head=dict(num_classes=len(classes)), '
                'mask_head=dict(num_classes=len(classes))),\n    '
@@ -229,30 +235,80 @@ default_hooks = dict(logger=dict(interval=1),
 '''
 
 
-# The heads' class counts (and what a 96 px image of three objects needs) of the other heads'
+# The heads' class counts (and what a small image of three objects needs) of the other heads'
 # user configs, by the base's name. Cascade R-CNN has one box head and one sampler per stage;
-# DINO's 900 queries would outnumber a small image's encoder tokens (193 at 96 px, 4 scales);
+# DINO's 900 queries would outnumber a small image's encoder tokens (85 at 64 px, 4 scales);
 # Mask2Former pads every batch to its 1024 px crop unless told the user's size, and weighs
 # its 'no object' class in a list of num_classes + 1.
+#
+# DINO and Mask2Former are also narrowed to test size, for the tool runs
+# (tests/test_configs/test_head_configs.py) and the two-process runs (test_distributed.py)
+# alike: the same head, matching and losses, with fewer layers, queries and sampled points,
+# since their published sizes are for 1024 px images of 80+ classes and cost minutes a run on
+# 2 cores. DINO keeps two decoder layers (a refined box, an intermediate 'd0.' loss);
+# Mask2Former's decoder keeps one layer per attention level (its 9 are 3 rounds of the 3) and
+# samples as many mask points as its stride-4 mask has pixels (not 12544 of 1024 px).
+# Cascade R-CNN keeps its three stages, each with half the proposals and RoIs of the Mask
+# R-CNN user config: three objects need no more. All train on HEAD_IMAGE_SIZE images.
+DINO_LAYERS = dict(encoder=1, decoder=2)
+MASK2FORMER_LAYERS = dict(pixel_decoder=1, decoder=3)
+
+
+def head_loss_keys(base: str) -> set:
+    """The loss keys that training a user config of ``base`` (a config's file name) logs
+    beyond ``loss``: each kind of loss of its head and, for DINO and Mask2Former, the last
+    intermediate decoder layer's (its ``d<i>.`` prefix depends on the layers kept above)."""
+    name = osp.basename(base)
+    m2f = f"d{MASK2FORMER_LAYERS['decoder'] - 1}."
+    if name.startswith('mask_rcnn'):
+        return {'loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls', 'loss_bbox', 'loss_mask'}
+    if name.startswith('upernet'):
+        return {'decode.loss_ce', 'aux.loss_ce'}
+    if name.startswith('cascade_mask_rcnn'):
+        return {'loss_rpn_cls', 's0.loss_cls', 's2.loss_bbox', 's2.loss_mask'}
+    if name.startswith('dino'):
+        return {'loss_cls', 'loss_bbox', 'loss_iou', 'dn_loss_cls', 'enc_loss_cls',
+                f"d{DINO_LAYERS['decoder'] - 2}.loss_cls"}
+    if name.startswith('mask2former'):
+        keys = {'loss_cls', 'loss_mask', 'loss_dice', m2f + 'loss_mask', m2f + 'loss_dice'}
+        return keys if '_coco' in name else {'decode.' + k for k in keys}
+    if name.startswith('sem_fpn'):
+        return {'decode.loss_ce'}
+    raise ValueError(f'head_loss_keys: no loss keys known for {name}')
+
+
+_MASK2FORMER_NARROW = (
+    "num_queries=20,\n"
+    "{indent}pixel_decoder=dict(encoder=dict(num_layers=%d)),\n"
+    "{indent}transformer_decoder=dict(num_layers=%d)" % (
+        MASK2FORMER_LAYERS['pixel_decoder'], MASK2FORMER_LAYERS['decoder']))
+# MMDetection hands the model's train_cfg to the head; MMSegmentation's head has its own.
+_MASK2FORMER_POINTS = 'train_cfg=dict(num_points=({size} // 4) ** 2)'
+
 _DET_HEADS = {
     'cascade_mask_rcnn': (
         'roi_head=dict(bbox_head=[dict(h, num_classes=len(classes)) '
         'for h in _base_.model.roi_head.bbox_head],\n'
         '                  mask_head=dict(num_classes=len(classes))),\n    '
-        'train_cfg=dict(rpn_proposal=dict(nms_pre=200, max_per_img=100),\n'
-        "                   rcnn=[dict(c, sampler=dict(c['sampler'], num=64)) "
+        'train_cfg=dict(rpn_proposal=dict(nms_pre=100, max_per_img=50),\n'
+        "                   rcnn=[dict(c, sampler=dict(c['sampler'], num=32)) "
         'for c in _base_.model.train_cfg.rcnn]),\n    '
-        'test_cfg=dict(rpn=dict(nms_pre=200, max_per_img=50), rcnn=dict(max_per_img=10))'),
-    'dino': ('bbox_head=dict(num_classes=len(classes)), num_queries=100,\n    '
-             'dn_cfg=dict(group_cfg=dict(num_dn_queries=20)), test_cfg=dict(max_per_img=20)'),
+        'test_cfg=dict(rpn=dict(nms_pre=100, max_per_img=30), rcnn=dict(max_per_img=10))'),
+    'dino': ('bbox_head=dict(num_classes=len(classes)), num_queries=30,\n    '
+             f"encoder=dict(num_layers={DINO_LAYERS['encoder']}), "
+             f"decoder=dict(num_layers={DINO_LAYERS['decoder']}),\n    "
+             'dn_cfg=dict(group_cfg=dict(num_dn_queries=10)), test_cfg=dict(max_per_img=20)'),
     'mask2former': (
         'data_preprocessor=dict(batch_augments=[dict(\n'
         "        type='BatchFixedSizePad', size=({size}, {size}), img_pad_value=0, "
         'pad_mask=True,\n        mask_pad_value=0, pad_seg=False)]),\n    '
         'panoptic_head=dict(num_things_classes=len(classes), num_stuff_classes=0,\n'
-        '                       loss_cls=dict(class_weight=[1.0] * len(classes) + [0.1])),\n'
+        '                       loss_cls=dict(class_weight=[1.0] * len(classes) + [0.1]),\n'
+        + ' ' * 23 + _MASK2FORMER_NARROW.format(indent=' ' * 23) + '),\n'
         '    panoptic_fusion_head=dict(num_things_classes=len(classes), '
-        'num_stuff_classes=0)'),
+        'num_stuff_classes=0),\n    '
+        # Instances are the top scores of queries x classes: at most 20 x 3 here.
+        + _MASK2FORMER_POINTS + ', test_cfg=dict(max_per_image=20)'),
 }
 _SEG_HEADS = {
     'upernet': ("decode_head=dict(num_classes=len(metainfo['classes'])),\n    "
@@ -260,7 +316,9 @@ _SEG_HEADS = {
     'sem': "decode_head=dict(num_classes=len(metainfo['classes']))",
     'mask2former': ("decode_head=dict(num_classes=len(metainfo['classes']),\n"
                     "                     loss_cls=dict(class_weight=[1.0] * "
-                    "len(metainfo['classes']) + [0.1]))"),
+                    "len(metainfo['classes']) + [0.1]),\n"
+                    + ' ' * 21 + _MASK2FORMER_NARROW.format(indent=' ' * 21) + ',\n'
+                    + ' ' * 21 + _MASK2FORMER_POINTS + ')'),
 }
 
 
@@ -386,6 +444,25 @@ def det_user_config(path: str, base: str, data_root: str, work_dir: str, max_epo
     2 iterations (4 images, batch 2) on one process."""
     return write_user_config(path, base, data_root, work_dir, image_size=IMAGE_SIZE,
                              max_epochs=max_epochs, **extra)
+
+
+# Image (and crop) side of the user configs of the other heads (head_user_config): their
+# training and evaluation cost scales with it, and their coarsest level (stride 64) is still
+# one pixel.
+HEAD_IMAGE_SIZE = 64
+
+
+def head_user_config(path: str, base: str, tiny_data: str, work_dir: str, **extra) -> str:
+    """A user's config of any head (:func:`write_user_config`) on the tiny data of its layout
+    (``coco/`` or ``ade/`` under ``tiny_data``): Mask R-CNN and RetinaNet at the side of
+    :func:`det_user_config`, UperNet at that of :func:`seg_user_config`, Cascade Mask R-CNN,
+    DINO, Mask2Former and Semantic FPN at ``HEAD_IMAGE_SIZE``."""
+    name = osp.basename(base)
+    ade = name.endswith('_ade20k.py')
+    size = IMAGE_SIZE if name.startswith(('mask_rcnn', 'retinanet')) else \
+        64 if name.startswith('upernet') else HEAD_IMAGE_SIZE
+    return write_user_config(path, base, osp.join(tiny_data, 'ade' if ade else 'coco'),
+                             work_dir, image_size=size, **extra)
 
 
 def seg_user_config(path: str, data_root: str, work_dir: str, max_iters: int = 2,
