@@ -17,9 +17,13 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   from a checkout (path ``official``; :mod:`cvt_mm.benchmark_peers`), each with its time over
   ours; ``--rounds N`` runs every case N times, alternated (ours, then the peers), and
   prints the medians and the peers' ratios from them.
-* ``train-iter``: one Mask R-CNN training iteration (CvT-13, CMT-S and MMDetection's own
-  Swin-T, side by side): ``fwd s`` is data preprocessing, forward and losses, ``bwd s`` the
-  backward and the optimizer step; the ratios to Swin-T's time and work.
+* ``train-iter``: one training iteration of a head (``--head``: Mask R-CNN by default,
+  Cascade Mask R-CNN, DINO 4-scale, Mask2Former on COCO and ADE20K, Semantic FPN) with
+  CvT-13, CMT-S and the toolbox's Swin-T of that head, side by side (:data:`TRAIN_ITER_CONFIGS`;
+  where the toolbox ships no Swin-T config of the head, one is constructed from its config of
+  the head and its Swin-T backbone: :data:`SWIN_T_CONSTRUCTED`), at the head's training size
+  (:data:`TRAIN_ITER_SIZES`): ``fwd s`` is data preprocessing, forward and losses, ``bwd s``
+  the backward and the optimizer step; the ratios to Swin-T's time, work and peak memory.
 * ``cls-step``: ``model.train_step`` of a classification config at its training resolution,
   with the config's batch augmentations, loss and optimizer.
 
@@ -38,10 +42,12 @@ Example::
     python tools/analysis_tools/benchmark.py backbone --model "dict(type='CMT', arch='s')" \\
         --sizes 800x1333 --modes infer train --profile 12
     python tools/analysis_tools/benchmark.py train-iter --models cvt13 swin_t --iters 2
+    python tools/analysis_tools/benchmark.py train-iter --head sem_fpn --iters 2
 """
 from __future__ import annotations
 
 import argparse
+import copy
 import importlib.util
 import json
 import os
@@ -69,15 +75,110 @@ from .engine.allocator import OPT_OUT_ENV, reuse_freed_memory
 __all__ = ['time_steps', 'peak_memory_gib', 'held_for_backward', 'machine_rates',
            'HFCvtLogits', 'hf_peer_config', 'top_operators', 'case_env',
            'backbone_case', 'train_iteration_case', 'classification_step_case', 'main',
-           'TRAIN_ITER_CONFIGS', 'our_config']
+           'TRAIN_ITER_CONFIGS', 'TRAIN_ITER_SIZES', 'SWIN_T_CONSTRUCTED',
+           'train_iter_config', 'our_config']
 
 REPO = osp.dirname(osp.dirname(osp.abspath(__file__)))
-# Our configs by their path in a checkout (they are not installed with the package).
+# Per head: our CvT-13 and CMT-S configs (by their path in a checkout: they are not installed
+# with the package) and the toolbox's Swin-T config of the same head; a Swin-T config named
+# 'constructed' is built from SWIN_T_CONSTRUCTED (the toolbox ships none for that head).
 TRAIN_ITER_CONFIGS = {
-    'cvt13': ('Mask R-CNN CvT-13', 'configs/mask_rcnn_cvt13_coco.py'),
-    'cmt_s': ('Mask R-CNN CMT-S', 'configs/mask_rcnn_cmt_s_coco.py'),
-    'swin_t': ('Mask R-CNN Swin-T (mmdet)', 'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py'),
+    'mask_rcnn': {
+        'cvt13': ('Mask R-CNN CvT-13', 'configs/mask_rcnn_cvt13_coco.py'),
+        'cmt_s': ('Mask R-CNN CMT-S', 'configs/mask_rcnn_cmt_s_coco.py'),
+        'swin_t': ('Mask R-CNN Swin-T (mmdet)',
+                   'mmdet::swin/mask-rcnn_swin-t-p4-w7_fpn_1x_coco.py')},
+    'cascade_mask_rcnn': {
+        'cvt13': ('Cascade Mask R-CNN CvT-13', 'configs/cascade_mask_rcnn_cvt13_coco.py'),
+        'cmt_s': ('Cascade Mask R-CNN CMT-S', 'configs/cascade_mask_rcnn_cmt_s_coco.py'),
+        'swin_t': ('Cascade Mask R-CNN Swin-T (constructed)', 'constructed')},
+    'dino_4scale': {
+        'cvt13': ('DINO-4scale CvT-13', 'configs/dino_4scale_cvt13_12e_coco.py'),
+        'cmt_s': ('DINO-4scale CMT-S', 'configs/dino_4scale_cmt_s_12e_coco.py'),
+        'swin_t': ('DINO-4scale Swin-T (constructed)', 'constructed')},
+    'mask2former_coco': {
+        'cvt13': ('Mask2Former COCO CvT-13', 'configs/mask2former_cvt13_coco.py'),
+        'cmt_s': ('Mask2Former COCO CMT-S', 'configs/mask2former_cmt_s_coco.py'),
+        # Instance segmentation (its base is mask2former_r50_8xb2-lsj-50e_coco.py, as ours).
+        'swin_t': ('Mask2Former COCO Swin-T (mmdet)',
+                   'mmdet::mask2former/mask2former_swin-t-p4-w7-224_8xb2-lsj-50e_coco.py')},
+    'mask2former_ade20k': {
+        'cvt13': ('Mask2Former ADE20K CvT-13', 'configs/mask2former_cvt13_ade20k.py'),
+        'cmt_s': ('Mask2Former ADE20K CMT-S', 'configs/mask2former_cmt_s_ade20k.py'),
+        'swin_t': ('Mask2Former ADE20K Swin-T (mmseg)',
+                   'mmseg::mask2former/mask2former_swin-t_8xb2-160k_ade20k-512x512.py')},
+    'sem_fpn': {
+        'cvt13': ('Semantic FPN CvT-13', 'configs/sem_fpn_cvt13_ade20k.py'),
+        'cmt_s': ('Semantic FPN CMT-S', 'configs/sem_fpn_cmt_s_ade20k.py'),
+        'swin_t': ('Semantic FPN Swin-T (constructed)', 'constructed')},
 }
+# Each head's training input (H, W), batch 1: the recipe's largest training size. Mask R-CNN,
+# Cascade and DINO resize COCO to at most 1333x800 (DINO's multi-scale crops are smaller);
+# Mask2Former COCO pads its large-scale-jitter crops to 1024x1024; ADE20K crops are 512x512.
+TRAIN_ITER_SIZES = {'mask_rcnn': (800, 1333), 'cascade_mask_rcnn': (800, 1333),
+                    'dino_4scale': (800, 1333), 'mask2former_coco': (1024, 1024),
+                    'mask2former_ade20k': (512, 512), 'sem_fpn': (512, 512)}
+# The toolbox's own Swin-T backbone dicts: MMDetection's (swin/mask-rcnn_swin-t-p4-w7_fpn_1x_
+# coco.py) and MMSegmentation's (mask2former/mask2former_swin-t_8xb2-160k_ade20k-512x512.py).
+SWIN_T_MMDET = dict(
+    _delete_=True, type='SwinTransformer', embed_dims=96, depths=[2, 2, 6, 2],
+    num_heads=[3, 6, 12, 24], window_size=7, mlp_ratio=4, qkv_bias=True, qk_scale=None,
+    drop_rate=0., attn_drop_rate=0., drop_path_rate=0.2, patch_norm=True,
+    out_indices=(0, 1, 2, 3), with_cp=False, convert_weights=True)
+SWIN_T_MMSEG = dict({k: v for k, v in SWIN_T_MMDET.items() if k != 'convert_weights'},
+                    drop_path_rate=0.3, frozen_stages=-1)
+# Swin-T for the heads whose toolbox ships no Swin-T config: (the toolbox's config of the head,
+# the delta). The delta swaps in the Swin-T backbone and the neck's input widths, nothing else,
+# except Cascade's optimizer wrapper (below).
+SWIN_T_CONSTRUCTED = {
+    # ConvNeXt-T's cascade config: the same 4conv1fc GIoU box heads as ours. Its AMP wrapper
+    # (CUDA only) and ConvNeXt layer decay become Swin-T Mask R-CNN's fp32 AdamW (ours too).
+    'cascade_mask_rcnn': (
+        'mmdet::convnext/cascade-mask-rcnn_convnext-t-p4-w7_fpn_4conv1fc-giou_amp-ms-crop-3x_'
+        'coco.py',
+        dict(model=dict(backbone=SWIN_T_MMDET, neck=dict(in_channels=[96, 192, 384, 768])),
+             optim_wrapper=dict(
+                 _delete_=True, type='OptimWrapper',
+                 optimizer=dict(type='AdamW', lr=1e-4, betas=(0.9, 0.999), weight_decay=0.05),
+                 paramwise_cfg=dict(custom_keys={
+                     'absolute_pos_embed': dict(decay_mult=0.),
+                     'relative_position_bias_table': dict(decay_mult=0.),
+                     'norm': dict(decay_mult=0.)})))),
+    # R-50's strides 8/16/32 (C3-C5) are Swin-T's stages 2-4, as mmdet's DINO Swin-L takes them.
+    'dino_4scale': (
+        'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py',
+        dict(model=dict(backbone=dict(SWIN_T_MMDET, out_indices=(1, 2, 3)),
+                        neck=dict(in_channels=[192, 384, 768])))),
+    'sem_fpn': (
+        'mmseg::sem_fpn/fpn_r50_4xb4-160k_ade20k-512x512.py',
+        dict(model=dict(backbone=SWIN_T_MMSEG, neck=dict(in_channels=[96, 192, 384, 768])))),
+}
+
+
+def train_iter_config(head: str, key: str):
+    """The config of one ``train-iter`` model: a file of ours (``configs/...``, found by
+    :func:`our_config`), a toolbox's ``package::path``, or a constructed Swin-T Config.
+
+    Args:
+        head (str): a key of :data:`TRAIN_ITER_CONFIGS`, e.g. ``'sem_fpn'``.
+        key (str): ``'cvt13'``, ``'cmt_s'`` or ``'swin_t'``.
+
+    Returns:
+        str | mmengine.Config: what :func:`train_iteration_case` takes.
+
+    Example::
+
+        >>> train_iter_config('sem_fpn', 'swin_t').model.backbone.type
+        'SwinTransformer'
+    """
+    config = TRAIN_ITER_CONFIGS[head][key][1]
+    if config != 'constructed':
+        return our_config(config)
+    from cvt_mm.builders import load_config
+    base, delta = SWIN_T_CONSTRUCTED[head]
+    cfg = load_config(base)
+    cfg.merge_from_dict(copy.deepcopy(delta))
+    return cfg
 
 
 # ------------------------------------------------------------------------- measuring
@@ -307,21 +408,59 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
     return result
 
 
-def train_iteration_case(config: str, size, iters: int, threads: int, profile: int = 0) -> dict:
-    """One Mask R-CNN training iteration of ``config`` (run inside its own process): batch
-    1, a random picture with five boxes and masks, random backbone weights; one warm-up
-    iteration, then ``iters`` timed."""
+def _pad_to(cfg, size) -> None:
+    """Set the config's fixed-size padding to ``size`` (MMSegmentation's data preprocessor
+    ``size``, MMDetection's ``BatchFixedSizePad``): at the recipe's size a no-op; at a smaller
+    ``--size`` the input is not padded back up to the recipe's crop."""
+    for pre in (cfg.model.get('data_preprocessor'), cfg.get('data_preprocessor')):
+        if not pre:
+            continue
+        if pre.get('size') is not None:
+            pre['size'] = tuple(size)
+        for aug in pre.get('batch_augments') or ():
+            if aug.get('type') == 'BatchFixedSizePad':
+                aug['size'] = tuple(size)
+
+
+def train_iteration_case(config, size, iters: int, threads: int, profile: int = 0) -> dict:
+    """One training iteration of a detector or segmentor config (run inside its own process):
+    batch 1 of a random ``size`` picture with, for its task, five boxes and masks (MMDetection)
+    or a label map (MMSegmentation), through the config's own data preprocessor (its fixed-size
+    padding set to ``size``), random backbone weights; one warm-up iteration, then ``iters``
+    timed.
+
+    Args:
+        config (str | mmengine.Config): a config file, ``package::path`` or loaded Config.
+        size (tuple[int, int]): input (H, W).
+        iters (int): timed iterations.
+        threads (int): torch CPU threads.
+        profile (int): top operators to keep per pass (0: none).
+
+    Returns:
+        dict: ``fwd_s``, ``bwd_s`` (medians), ``gflop``, ``peak_gib``, ``loss``,
+        ``params_m``, ``backbone`` (the backbone's class name), ``task``, ``load_1min`` (the
+        machine's 1-minute load average at the end).
+
+    Example::
+
+        >>> r = train_iteration_case('configs/sem_fpn_cvt13_ade20k.py', (128, 128), 1, 2)
+        >>> r['fwd_s'] + r['bwd_s'], r['backbone']
+        (1.2, 'CvT')
+    """
     from mmengine.optim import build_optim_wrapper
 
-    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch
+    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch, task_of
     from cvt_mm.flops import count_flops
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     cfg = load_config(config)
+    _pad_to(cfg, size)
     model = build_model_from_config(cfg)
     optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
-    batch = synthetic_batch(model, batch_size=1, height=size[0], width=size[1], num_objects=5)
+    task = task_of(cfg)
+    batch = synthetic_batch(model, batch_size=1, height=size[0], width=size[1], num_objects=5,
+                            task=task)
 
     # MMEngine's BaseModel.train_step, split where the backward starts.
     def forward():
@@ -342,7 +481,9 @@ def train_iteration_case(config: str, size, iters: int, threads: int, profile: i
     work = count_flops(lambda: optim_wrapper.update_params(forward()[0]))
     result = dict(fwd_s=statistics.median(fwd), bwd_s=statistics.median(bwd),
                   gflop=work.gflops, peak_gib=peak_gib, loss=loss,
-                  params_m=sum(p.numel() for p in model.parameters()) / 1e6)
+                  params_m=sum(p.numel() for p in model.parameters()) / 1e6,
+                  backbone=type(model.backbone).__name__, task=task,
+                  load_1min=os.getloadavg()[0])  # the machine's load while this case ran
     if profile:
         result['profile_forward'] = top_operators(lambda: held.update(out=forward()), profile)
         result['profile_backward'] = top_operators(
@@ -411,7 +552,7 @@ def _parse_model(text: str) -> dict:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog='benchmark.py', description='Work, time, speed and peak memory of backbones, '
-        'Mask R-CNN training iterations and classification training steps.')
+        'detector and segmentor training iterations and classification training steps.')
     sub = parser.add_subparsers(dest='command', required=True)
 
     b = sub.add_parser('backbone', help='a backbone per size, mode and attention path')
@@ -443,11 +584,15 @@ def build_parser() -> argparse.ArgumentParser:
                    "peers' ratios from them")
     b.add_argument('--threads', type=int, default=_default_threads())
 
-    t = sub.add_parser('train-iter', help='one Mask R-CNN training iteration, beside Swin-T')
-    t.add_argument('--models', nargs='+', choices=tuple(TRAIN_ITER_CONFIGS),
-                   default=list(TRAIN_ITER_CONFIGS))
-    t.add_argument('--size', type=int, nargs=2, default=(800, 1333), metavar=('H', 'W'),
-                   help='image size (default: 800 1333)')
+    t = sub.add_parser('train-iter', help='one detector or segmentor training iteration per '
+                       'model of a head, beside Swin-T')
+    t.add_argument('--head', choices=tuple(TRAIN_ITER_CONFIGS), default='mask_rcnn',
+                   help='the head (default: mask_rcnn); its CvT-13, CMT-S and Swin-T configs')
+    t.add_argument('--models', nargs='+', choices=('cvt13', 'cmt_s', 'swin_t'),
+                   default=['cvt13', 'cmt_s', 'swin_t'])
+    t.add_argument('--size', type=int, nargs=2, metavar=('H', 'W'),
+                   help="image size (default: the head's training size, 800 1333 for Mask "
+                   'R-CNN; TRAIN_ITER_SIZES)')
     t.add_argument('--threads', type=int, default=2, help='torch CPU threads')
     t.add_argument('--iters', type=int, default=2, help='timed iterations (after 1 warm-up)')
 
@@ -641,45 +786,62 @@ def _backbone(args) -> int:
 
 
 def _train_iter(args) -> int:
+    size = args.size or TRAIN_ITER_SIZES[args.head]
     if args.case:
-        print(json.dumps(train_iteration_case(json.loads(args.case), args.size, args.iters,
-                                              args.threads, args.profile)))
+        head, key, file = json.loads(args.case)
+        config = file or train_iter_config(head, key)  # constructed: built in this process
+        print(json.dumps(train_iteration_case(config, size, args.iters, args.threads,
+                                              args.profile)))
         return 0
-    try:
-        files = {key: our_config(TRAIN_ITER_CONFIGS[key][1]) for key in args.models}
+    models = TRAIN_ITER_CONFIGS[args.head]
+    try:  # our files are looked up here, where the checkout is; constructed ones in the case
+        files = {key: None if models[key][1] == 'constructed' else
+                 train_iter_config(args.head, key) for key in args.models}
     except FileNotFoundError as err:
         raise SystemExit(f'benchmark.py train-iter: {err}')
     rates = _print_machine(args.threads, args.thp)
-    print(f'one training iteration, batch 1, {args.size[0]}x{args.size[1]}, median of '
+    print(f'{args.head}: one training iteration, batch 1, {size[0]}x{size[1]}, median of '
           f'{args.iters} after a warm-up')
+    for key in args.models:
+        if models[key][1] == 'constructed':
+            base = SWIN_T_CONSTRUCTED[args.head][0]
+            print(f'{models[key][0]}: constructed (the toolbox ships no Swin-T config of this '
+                  f"head): {base} with the toolbox's Swin-T backbone")
     results = {}
     for key in args.models:
-        name, config = TRAIN_ITER_CONFIGS[key]
-        proc = _run_case(['train-iter', '--size', *map(str, args.size), '--iters',
+        name, config = models[key]
+        proc = _run_case(['train-iter', '--size', *map(str, size), '--iters',
                           str(args.iters), '--threads', str(args.threads), '--profile',
-                          str(args.profile)], files[key], args.thp)
+                          str(args.profile)], [args.head, key, files[key]], args.thp)
         if proc.returncode:
-            raise RuntimeError(f'{config} failed ({_failure(proc)}):\n{proc.stderr[-3000:]}')
+            raise RuntimeError(f'{name} ({config}) failed ({_failure(proc)}):\n'
+                               f'{proc.stderr[-3000:]}')
         results[key] = r = json.loads(proc.stdout.strip().splitlines()[-1])
-        r.update(name=name, config=config, wall_s=r['fwd_s'] + r['bwd_s'])
+        r.update(name=name, config=SWIN_T_CONSTRUCTED[args.head][0] + ' + Swin-T'
+                 if config == 'constructed' else config, constructed=config == 'constructed',
+                 wall_s=r['fwd_s'] + r['bwd_s'])
         r['gflops_per_s'] = r['gflop'] / r['wall_s']
         for part in ('forward', 'backward'):
             if r.get(f'profile_{part}'):
                 print(f'\n{name}: top operators, {part}\n{r[f"profile_{part}"]}', flush=True)
-    print(f'\n{"model":27s} {"params":>7s} {"GFLOP":>7s} {"fwd s":>6s} {"bwd s":>6s} '
-          f'{"wall s":>6s} {"GFLOP/s":>7s} {"peak GiB":>9s}  vs Swin-T: time, work')
+    width = max(27, *(len(r['name']) for r in results.values()))
+    print(f'\n{"model":{width}s} {"params":>7s} {"GFLOP":>7s} {"fwd s":>6s} {"bwd s":>6s} '
+          f'{"wall s":>6s} {"GFLOP/s":>7s} {"peak GiB":>9s} {"load":>5s}  vs Swin-T: time, '
+          'work, memory')
     ref = results.get('swin_t')
     for key, r in results.items():
-        line = (f'{r["name"]:27s} {r["params_m"]:6.1f}M {r["gflop"]:7.0f} {r["fwd_s"]:6.1f} '
-                f'{r["bwd_s"]:6.1f} {r["wall_s"]:6.1f} {r["gflops_per_s"]:7.1f} '
-                f'{r["peak_gib"]:9.2f}')
+        line = (f'{r["name"]:{width}s} {r["params_m"]:6.1f}M {r["gflop"]:7.0f} '
+                f'{r["fwd_s"]:6.1f} {r["bwd_s"]:6.1f} {r["wall_s"]:6.1f} '
+                f'{r["gflops_per_s"]:7.1f} {r["peak_gib"]:9.2f} {r["load_1min"]:5.1f}')
         if ref and key != 'swin_t':
             r['time_ratio'] = r['wall_s'] / ref['wall_s']
             r['work_ratio'] = r['gflop'] / ref['gflop']
-            line += f'  {r["time_ratio"]:.2f}, {r["work_ratio"]:.2f}'
+            r['memory_ratio'] = r['peak_gib'] / ref['peak_gib']
+            line += f'  {r["time_ratio"]:.2f}, {r["work_ratio"]:.2f}, {r["memory_ratio"]:.2f}'
         print(line)
-    _write_json(args.json, size=args.size, threads=args.threads, iters=args.iters,
-                machine=rates, results=results)
+    print(f'load average at the end {" ".join(f"{v:.2f}" for v in os.getloadavg())}')
+    _write_json(args.json, head=args.head, size=list(size), threads=args.threads,
+                iters=args.iters, machine=rates, results=results)
     return 0
 
 
@@ -707,7 +869,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                          '>= 1')
         return _backbone(args)
     if args.command == 'train-iter':
-        if args.threads < 1 or args.iters < 1 or args.profile < 0 or min(args.size) < 64:
+        if args.threads < 1 or args.iters < 1 or args.profile < 0 or \
+                (args.size and min(args.size) < 64):
             parser.error('--threads and --iters must be >= 1, --profile >= 0, --size >= 64')
         return _train_iter(args)
     return _cls_step(args)

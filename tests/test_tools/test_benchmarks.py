@@ -168,6 +168,91 @@ def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize('head,task,swin_config', [
+    ('sem_fpn', 'mmseg', 'mmseg::sem_fpn/fpn_r50_4xb4-160k_ade20k-512x512.py + Swin-T'),
+    ('cascade_mask_rcnn', 'mmdet', 'mmdet::convnext/cascade-mask-rcnn_convnext-t-p4-w7_fpn_'
+     '4conv1fc-giou_amp-ms-crop-3x_coco.py + Swin-T')])
+def test_benchmark_train_iter_of_a_head_compares_with_its_swin_t(tmp_path, head, task,
+                                                                swin_config):
+    """``--head``: our CvT-13 config of the head and a Swin-T of the same head, each trained
+    one iteration in its task (a label map for a segmentor, boxes and masks for a detector);
+    the ratios are to the Swin-T of that run, which really has a Swin backbone."""
+    out = tmp_path / 'iter.json'
+    proc = run_tool('tools/analysis_tools/benchmark.py', 'train-iter', '--head', head,
+                    '--models', 'cvt13', 'swin_t', '--size', '128', '128', '--iters', '1',
+                    '--json', str(out))
+    report = json.loads(out.read_text())
+    assert (report['head'], report['size']) == (head, [128, 128])
+    cvt, swin = report['results']['cvt13'], report['results']['swin_t']
+    for r in (cvt, swin):
+        assert r['task'] == task and r['gflop'] > 0 and r['fwd_s'] > 0 and r['bwd_s'] > 0
+        assert r['peak_gib'] > 0 and torch.isfinite(torch.tensor(r['loss']))
+    assert (cvt['backbone'], swin['backbone']) == ('CvT', 'SwinTransformer')
+    assert swin['constructed'] and swin['config'] == swin_config
+    assert not cvt['constructed'] and cvt['config'].startswith(f'configs/{head}_cvt13')
+    assert cvt['time_ratio'] == pytest.approx(cvt['wall_s'] / swin['wall_s'])
+    assert cvt['work_ratio'] == pytest.approx(cvt['gflop'] / swin['gflop'])
+    assert cvt['memory_ratio'] == pytest.approx(cvt['peak_gib'] / swin['peak_gib'])
+    assert 'time_ratio' not in swin
+    assert f'{head}: one training iteration, batch 1, 128x128' in proc.stdout
+    assert re.search(r'Swin-T \(constructed\): constructed \(the toolbox ships no Swin-T',
+                     proc.stdout)
+    row = re.search(rf'^{re.escape(cvt["name"])} +[\d.]+M .*  ([\d.]+), ([\d.]+), ([\d.]+)$',
+                    proc.stdout, re.M)
+    assert row and float(row.group(3)) == pytest.approx(cvt['memory_ratio'], abs=0.006)
+
+
+def test_every_head_has_our_configs_and_a_swin_t_of_the_same_head():
+    """Each head's three configs load; the Swin-T one has the toolbox's Swin-T backbone, its
+    neck takes Swin-T's widths, and the head is the one our config trains (same type)."""
+    from cvt_mm.benchmark import (
+        SWIN_T_CONSTRUCTED,
+        TRAIN_ITER_CONFIGS,
+        TRAIN_ITER_SIZES,
+        train_iter_config,
+    )
+    from cvt_mm.builders import load_config
+    assert set(TRAIN_ITER_SIZES) == set(TRAIN_ITER_CONFIGS) == {
+        'mask_rcnn', 'cascade_mask_rcnn', 'dino_4scale', 'mask2former_coco',
+        'mask2former_ade20k', 'sem_fpn'}
+    assert set(SWIN_T_CONSTRUCTED) == {'cascade_mask_rcnn', 'dino_4scale', 'sem_fpn'}
+    widths = [96, 192, 384, 768]
+    for head, models in TRAIN_ITER_CONFIGS.items():
+        ours = load_config(train_iter_config(head, 'cvt13'))
+        assert load_config(train_iter_config(head, 'cmt_s')).model.type == ours.model.type
+        swin = load_config(train_iter_config(head, 'swin_t'))
+        assert swin.model.type == ours.model.type
+        backbone = swin.model.backbone
+        assert (backbone.type, backbone.embed_dims, backbone.depths) == \
+            ('SwinTransformer', 96, [2, 2, 6, 2])
+        # What reads the backbone: the neck, else Mask2Former's head (MMDetection, MMSeg).
+        reader = swin.model.get('neck') or swin.model.get('panoptic_head') or \
+            swin.model.decode_head
+        takes = reader.in_channels
+        assert takes == [widths[i] for i in backbone.out_indices], head
+        assert ('(constructed)' in models['swin_t'][0]) == (head in SWIN_T_CONSTRUCTED)
+    cascade = train_iter_config('cascade_mask_rcnn', 'swin_t')
+    assert cascade.optim_wrapper.type == 'OptimWrapper'  # AMP is CUDA only
+    ours = load_config(train_iter_config('cascade_mask_rcnn', 'cvt13'))
+    assert [h.loss_bbox.type for h in cascade.model.roi_head.bbox_head] == \
+        [h.loss_bbox.type for h in ours.model.roi_head.bbox_head] == ['GIoULoss'] * 3
+
+
+def test_train_iter_pads_to_the_size_it_is_given():
+    """A smaller ``--size`` is not padded back up to the recipe's crop (Mask2Former COCO pads
+    to 1024x1024, MMSegmentation to its crop)."""
+    from cvt_mm.benchmark import _pad_to, train_iter_config
+    from cvt_mm.builders import load_config, model_config
+    coco = load_config(train_iter_config('mask2former_coco', 'swin_t'))
+    _pad_to(coco, (128, 160))
+    assert [a['size'] for a in model_config(coco).data_preprocessor.batch_augments] == \
+        [(128, 160)]
+    ade = load_config(train_iter_config('sem_fpn', 'cvt13'))
+    _pad_to(ade, (96, 128))
+    assert model_config(ade).data_preprocessor.size == (96, 128)
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize('config', ['configs/mask_rcnn_cmt_s_coco.py',
                                     'configs/upernet_cvt13_ade20k.py',
                                     'configs/imagenet_cvt13_300e_in1k.py'])

@@ -1,9 +1,11 @@
-"""Work, time, speed and peak memory of backbones, Mask R-CNN training iterations and
-classification training steps (the cases and their columns: ``cvt_mm/benchmark.py``).
+"""Work, time, speed and peak memory of backbones, detector and segmentor training iterations
+(per head, beside Swin-T) and classification training steps (the cases and their columns:
+``cvt_mm/benchmark.py``).
 
     python tools/analysis_tools/benchmark.py backbone --model "dict(type='CMT', arch='s')" \\
         --sizes 800x1333 --modes infer train --profile 12 [--compile] [--json out.json]
-    python tools/analysis_tools/benchmark.py train-iter [--models cvt13 cmt_s swin_t] [--iters 2]
+    python tools/analysis_tools/benchmark.py train-iter [--head mask_rcnn] \\
+        [--models cvt13 cmt_s swin_t] [--iters 2]
     python tools/analysis_tools/benchmark.py cls-step configs/imagenet_cvt13_300e_in1k.py
 """
 import sys
