@@ -248,8 +248,10 @@ default_hooks = dict(logger=dict(interval=1),
 # 2 cores. DINO keeps two decoder layers (a refined box, an intermediate 'd0.' loss);
 # Mask2Former's decoder keeps one layer per attention level (its 9 are 3 rounds of the 3) and
 # samples as many mask points as its stride-4 mask has pixels (not 12544 of 1024 px).
-# Cascade R-CNN keeps its three stages, each with half the proposals and RoIs of the Mask
-# R-CNN user config: three objects need no more. All train on HEAD_IMAGE_SIZE images.
+# Cascade R-CNN keeps its three stages, with half the proposals of the Mask R-CNN user config
+# and a quarter of its RoIs (16 an image, 4 of them positive at most): its box heads' four
+# 3x3 convs and its mask heads run on every RoI of each stage, most of its iteration, and
+# three objects need no more. All train on HEAD_IMAGE_SIZE images.
 DINO_LAYERS = dict(encoder=1, decoder=2)
 MASK2FORMER_LAYERS = dict(pixel_decoder=1, decoder=3)
 
@@ -291,9 +293,9 @@ _DET_HEADS = {
         'for h in _base_.model.roi_head.bbox_head],\n'
         '                  mask_head=dict(num_classes=len(classes))),\n    '
         'train_cfg=dict(rpn_proposal=dict(nms_pre=100, max_per_img=50),\n'
-        "                   rcnn=[dict(c, sampler=dict(c['sampler'], num=32)) "
+        "                   rcnn=[dict(c, sampler=dict(c['sampler'], num=16)) "
         'for c in _base_.model.train_cfg.rcnn]),\n    '
-        'test_cfg=dict(rpn=dict(nms_pre=100, max_per_img=30), rcnn=dict(max_per_img=10))'),
+        'test_cfg=dict(rpn=dict(nms_pre=100, max_per_img=20), rcnn=dict(max_per_img=10))'),
     'dino': ('bbox_head=dict(num_classes=len(classes)), num_queries=30,\n    '
              f"encoder=dict(num_layers={DINO_LAYERS['encoder']}), "
              f"decoder=dict(num_layers={DINO_LAYERS['decoder']}),\n    "
