@@ -37,7 +37,6 @@ from ..checkpoint.io import CheckpointError
 from ..registry import MODELS
 from .attention import attention, merge_heads, split_heads
 from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
-from .fused_projections import shared_input_linears
 from .layers import ResidualDropPath, nchw_to_nlc, nlc_to_nchw, stochastic_depth_rates
 from .matrix_resize import ceil_div, is_symbolic, resize_relative_pos
 from .recomputation import run_blocks
@@ -161,11 +160,8 @@ class LMHSA(nn.Module):
         kv = x
         if self.sr_ratio > 1:
             kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
-        if self.sr_ratio > 1:
-            q, (k, v) = self.q(x), shared_input_linears(kv, self.k, self.v)
-        else:
-            q, k, v = shared_input_linears(x, self.q, self.k, self.v)
-        q, k, v = (split_heads(t, self.num_heads) for t in (q, k, v))
+        q, k, v = (split_heads(proj(tokens), self.num_heads)
+                   for proj, tokens in ((self.q, x), (self.k, kv), (self.v, kv)))
         out = attention(q, k, v, self.scale, bias=bias, use_sdpa=self.use_sdpa)
         return self.proj(merge_heads(out))
 

@@ -11,7 +11,6 @@ from cvt_mm.models.attention import attention, merge_heads, reference_attention,
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.fused_attention import BiasGradAttention, sdpa_attention
-from cvt_mm.models.fused_projections import shared_input_linears
 from cvt_mm.models.layers import ResidualDropPath, split_tokens
 from cvt_mm.models.quick_gelu import FusedQuickGELU, QuickGELU
 
@@ -212,25 +211,6 @@ def test_split_tokens_is_two_slices_with_one_gradient_tensor():
     torch.testing.assert_close(grad, weights)
     none, all_tokens = split_tokens(x, 0)  # no cls token: all of them
     assert none.shape == (2, 0, 4) and torch.equal(all_tokens, x)
-
-
-@pytest.mark.parametrize('bias', [True, False])
-def test_shared_input_linears_are_the_layers_values_and_gradients(bias):
-    torch.manual_seed(0)
-    layers = [torch.nn.Linear(8, n, bias=bias) for n in (8, 8, 16)]
-    x = torch.randn(3, 5, 8, requires_grad=True)
-    params = [x] + [p for layer in layers for p in layer.parameters()]
-    fused = values_and_grads(lambda: torch.cat(shared_input_linears(x, *layers), -1), *params)
-    plain = values_and_grads(lambda: torch.cat([layer(x) for layer in layers], -1), *params)
-    torch.testing.assert_close(fused[0], plain[0])
-    for a, b in zip(fused[1], plain[1]):
-        torch.testing.assert_close(a, b)
-
-
-def test_shared_input_linears_refuse_a_mix_of_bias_and_none():
-    with pytest.raises(ValueError, match='every layer has a bias or none'):
-        shared_input_linears(torch.randn(2, 4), torch.nn.Linear(4, 4),
-                             torch.nn.Linear(4, 4, bias=False))
 
 
 @pytest.mark.parametrize('drop_prob', [0.0, 0.3])
