@@ -444,8 +444,8 @@ def train_iteration_case(config, size, iters: int, threads: int, profile: int = 
     Example::
 
         >>> r = train_iteration_case('configs/sem_fpn_cvt13_ade20k.py', (128, 128), 1, 2)
-        >>> r['fwd_s'] + r['bwd_s'], r['backbone']
-        (1.2, 'CvT')
+        >>> r['backbone'], r['task']
+        ('CvT', 'mmseg')
     """
     from mmengine.optim import build_optim_wrapper
 
