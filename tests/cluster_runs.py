@@ -62,14 +62,23 @@ def alive(pid: int) -> bool:
         return False
 
 
+def command_line(pid: int) -> bytes:
+    """Process ``pid``'s NUL-separated command line; empty once it has ended (a launcher
+    script's short-lived children, such as ``dirname``, end between listing and reading)."""
+    try:
+        with open(f'/proc/{pid}/cmdline', 'rb') as f:
+            return f.read()
+    except OSError:
+        return b''
+
+
 def launcher_pid(shell: subprocess.Popen, name: str) -> int:
     """The torchrun (or srun) process under a launcher script."""
     deadline = time.time() + 60
     while time.time() < deadline:
         for pid in children(shell.pid):
-            with open(f'/proc/{pid}/cmdline', 'rb') as f:
-                if name.encode() in f.read():
-                    return pid
+            if name.encode() in command_line(pid):
+                return pid
         time.sleep(0.05)
     raise AssertionError(f'no {name} under {shell.args}')
 

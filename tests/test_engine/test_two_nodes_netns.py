@@ -21,6 +21,7 @@ from cluster_runs import (
     BASE_ENV,
     assert_same_weights,
     children,
+    command_line,
     drop_checkpoints,
     exact_config,
     launcher_pid,
@@ -251,10 +252,7 @@ def test_a_rank_killed_on_node_1_restarts_both_nodes_and_both_resume(nodes, conf
                                   RDZV_ID=f'killed{os.getpid()}')
     agents = [launcher_pid(shell, 'torch.distributed.run') for shell in shells]
     # The store host is said from NODE_RANK, and node 1 names its own address.
-    lines = []
-    for agent in agents:
-        with open(f'/proc/{agent}/cmdline', 'rb') as f:
-            lines.append(f.read().split(b'\0'))
+    lines = [command_line(agent).split(b'\0') for agent in agents]
     assert b'--rdzv-conf=is_host=1' in lines[0] and b'--rdzv-conf=is_host=0' in lines[1]
     assert f'--local-addr={ADDRESSES[1]}'.encode() in lines[1]
 
