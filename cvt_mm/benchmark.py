@@ -30,7 +30,10 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
 Per case: ``GFLOP`` counted by :func:`cvt_mm.flops.count_flops` in one untimed pass (a
 multiply-add is 2 FLOPs; attention included; mmcv's RoIAlign and the like not counted),
 the median time over the timed runs after the warm-up, ``GFLOP/s`` = work over time, and
-``--profile N`` the N operators with the most self CPU time, forward and backward apart.
+``--profile N`` the N operators with the most self CPU time, forward and backward apart,
+and the matrix products' share of the profiled pass (:func:`profile_pass`); with peers, a
+peer's ratio over that share bounds what we can gain by leaner code around the same products
+(``at most`` in the medians table).
 Backbone training cases also print ``held GiB``: what the forward keeps for the backward,
 per stage, counted exactly by :func:`held_for_backward` (the peak resident set also holds
 freed memory the allocator kept, so it moves by hundreds of MB between runs).
@@ -73,7 +76,8 @@ from .benchmark_peers import (
 from .engine.allocator import OPT_OUT_ENV, reuse_freed_memory
 
 __all__ = ['time_steps', 'peak_memory_gib', 'held_for_backward', 'machine_rates',
-           'HFCvtLogits', 'hf_peer_config', 'top_operators', 'case_env',
+           'HFCvtLogits', 'hf_peer_config', 'profile_pass', 'MATRIX_PRODUCT_OPERATORS',
+           'case_env',
            'backbone_case', 'train_iteration_case', 'classification_step_case', 'main',
            'TRAIN_ITER_CONFIGS', 'TRAIN_ITER_SIZES', 'SWIN_T_CONSTRUCTED',
            'train_iter_config', 'our_config']
@@ -292,13 +296,49 @@ def machine_rates(threads: int) -> dict:
     return dict(gemm_gflops_per_s=max(gemm), copy_gb_per_s=max(copy))
 
 
-def top_operators(fn: Callable[[], object], count: int) -> str:
-    """``torch.profiler``'s table of the ``count`` operators with the most self CPU time."""
+# Profiler keys whose time is matrix products: GEMMs, batched GEMMs, and PyTorch's fused CPU
+# attention (blocked GEMMs with the softmax between them, counted whole).
+MATRIX_PRODUCT_OPERATORS = frozenset({
+    'aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm',
+    'aten::_scaled_dot_product_flash_attention_for_cpu',
+    'aten::_scaled_dot_product_flash_attention_for_cpu_backward'})
+
+
+def profile_pass(fn: Callable[[], object], count: int) -> dict:
+    """One call of ``fn`` under ``torch.profiler``.
+
+    Returns:
+        dict: ``table`` (str), the ``count`` operators with the most self CPU time;
+        ``seconds`` (float), all the operators' self CPU time; ``matrix_product_seconds``
+        (float), that of :data:`MATRIX_PRODUCT_OPERATORS`. Their ratio bounds what leaner
+        code around the same products can gain: the products run at the library's rate on
+        every side.
+
+    Example::
+
+        >>> a = torch.randn(512, 512)
+        >>> p = profile_pass(lambda: (a @ a).relu(), count=3)
+        >>> 0 < p['matrix_product_seconds'] <= p['seconds']
+        True
+    """
     from torch.profiler import ProfilerActivity, profile
     with profile(activities=[ProfilerActivity.CPU]) as prof:
         fn()
-    return prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=count,
-                                     max_name_column_width=48)
+    averages = prof.key_averages()
+    return dict(
+        table=averages.table(sort_by='self_cpu_time_total', row_limit=count,
+                             max_name_column_width=48),
+        seconds=sum(e.self_cpu_time_total for e in averages) / 1e6,
+        matrix_product_seconds=sum(e.self_cpu_time_total for e in averages
+                                   if e.key in MATRIX_PRODUCT_OPERATORS) / 1e6)
+
+
+def _record_profiles(result: dict, passes: dict) -> None:
+    """Each pass's table as ``profile_<part>``, and the matrix products' share of them all."""
+    for part, p in passes.items():
+        result[f'profile_{part}'] = p['table']
+    result['matrix_product_share'] = (sum(p['matrix_product_seconds'] for p in passes.values())
+                                      / sum(p['seconds'] for p in passes.values()))
 
 
 def our_config(path: str) -> str:
@@ -400,11 +440,10 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
                   model_gib=model_gib)
     result['gflops_per_s'] = result['gflop'] / (result['fwd_s'] + (result['bwd_s'] or 0))
     if profile:
-        result['profile_forward'] = top_operators(lambda: held.update(outs=forward()),
-                                                  profile)
+        passes = dict(forward=profile_pass(lambda: held.update(outs=forward()), profile))
         if mode == 'train':
-            result['profile_backward'] = top_operators(lambda: backward(held.pop('outs')),
-                                                       profile)
+            passes['backward'] = profile_pass(lambda: backward(held.pop('outs')), profile)
+        _record_profiles(result, passes)
     return result
 
 
@@ -485,9 +524,10 @@ def train_iteration_case(config, size, iters: int, threads: int, profile: int = 
                   backbone=type(model.backbone).__name__, task=task,
                   load_1min=os.getloadavg()[0])  # the machine's load while this case ran
     if profile:
-        result['profile_forward'] = top_operators(lambda: held.update(out=forward()), profile)
-        result['profile_backward'] = top_operators(
-            lambda: optim_wrapper.update_params(held.pop('out')[0]), profile)
+        _record_profiles(result, dict(
+            forward=profile_pass(lambda: held.update(out=forward()), profile),
+            backward=profile_pass(lambda: optim_wrapper.update_params(held.pop('out')[0]),
+                                  profile)))
     return result
 
 
@@ -743,6 +783,8 @@ def _backbone(args) -> int:
                 if path in PEER_PATHS else None
             if ratio:  # a peer's time over ours: > 1 is ours ahead
                 lines[-1] += f'  ({PEER_NAMES[path]} / ours: {ratio:.2f}x the time)'
+            if res.get('matrix_product_share'):
+                lines[-1] += f'  (matrix products {res["matrix_product_share"]:.0%} of it)'
             if compiled and (label, path, 'train', False) in done:
                 eager = done[(label, path, 'train', False)]
                 speedup = (eager['fwd_s'] + eager['bwd_s']) / (res['fwd_s'] + res['bwd_s'])
@@ -760,6 +802,9 @@ def _backbone(args) -> int:
                 res['peer_over_ours'] = _peer_ratio(res, ours) if args.rounds == 1 else \
                     res['wall_s'] / ours['wall_s']
                 res[f'{res["path"]}_over_ours'] = res['peer_over_ours']
+                if ours.get('matrix_product_share'):  # were all but our products gone
+                    res['peer_over_ours_bound'] = (res['peer_over_ours']
+                                                   / ours['matrix_product_share'])
         if res['compiled']:
             eager = _eager_result(results, res['size'], res['path'], 'train')
             if eager:
@@ -775,6 +820,8 @@ def _backbone(args) -> int:
                          + f'  params {res["params_m"]:.2f}M')
             if res.get('peer_over_ours'):
                 lines[-1] += f'  peer / ours {res["peer_over_ours"]:.2f}'
+            if res.get('peer_over_ours_bound'):
+                lines[-1] += f' (at most {res["peer_over_ours_bound"]:.2f})'
             if res.get('speedup'):
                 lines[-1] += f'  {res["speedup"]:.2f}x eager'
         print('\n'.join(lines[-len(results) - 3:]), flush=True)

@@ -94,6 +94,21 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     assert 'held_gib' not in infer and 'stage1 ' in proc.stdout
     assert 'convolution_backward' in train['profile_backward']
     assert 'top operators, forward' in proc.stdout and '64x96' in proc.stdout
+    # The attention and Linear products are part of the profiled passes, never all of them.
+    assert 0 < infer['matrix_product_share'] < 1 and 0 < train['matrix_product_share'] < 1
+    assert 'matrix products' in proc.stdout
+
+
+def test_matrix_product_share_counts_products_and_not_element_wise_work():
+    from cvt_mm.benchmark import profile_pass
+    a, x = torch.randn(384, 384), torch.randn(2 ** 20)
+    products = profile_pass(lambda: [a @ a for _ in range(4)], count=3)
+    element_wise = profile_pass(lambda: [x.exp() for _ in range(4)], count=3)
+    mixed = profile_pass(lambda: (torch.addmm(a, a, a), x.exp()), count=3)
+    assert products['matrix_product_seconds'] > 0.9 * products['seconds']
+    assert element_wise['matrix_product_seconds'] == 0 and element_wise['seconds'] > 0
+    assert 0 < mixed['matrix_product_seconds'] < mixed['seconds']
+    assert 'aten::mm' in products['table']
 
 
 def test_held_for_backward_counts_exactly_what_the_graph_keeps():
