@@ -297,22 +297,37 @@ def machine_rates(threads: int) -> dict:
 
 
 # Profiler keys whose time is matrix products: GEMMs, batched GEMMs, and PyTorch's fused CPU
-# attention (blocked GEMMs with the softmax between them, counted whole).
+# attention (blocked GEMMs with the softmax between them, counted whole). Convolutions count
+# when dense (a 1x1 convolution is a GEMM; oneDNN computes the others as blocked GEMMs too),
+# not when depth-wise (memory-bound): see :func:`profile_pass`.
 MATRIX_PRODUCT_OPERATORS = frozenset({
     'aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm',
     'aten::_scaled_dot_product_flash_attention_for_cpu',
     'aten::_scaled_dot_product_flash_attention_for_cpu_backward'})
+# Convolution operators with self time, and where their weight is among the inputs.
+_CONVOLUTION_WEIGHT_INPUT = {'aten::mkldnn_convolution': 1, 'aten::convolution_backward': 2}
+
+
+def _is_matrix_product(event) -> bool:
+    """Whether a profiler average (grouped by input shapes) is a matrix product."""
+    if event.key in MATRIX_PRODUCT_OPERATORS:
+        return True
+    index = _CONVOLUTION_WEIGHT_INPUT.get(event.key)
+    if index is None or len(event.input_shapes) <= index:
+        return False
+    weight = event.input_shapes[index]  # (out, in / groups, kh, kw)
+    return len(weight) == 4 and weight[1] > 1
 
 
 def profile_pass(fn: Callable[[], object], count: int) -> dict:
-    """One call of ``fn`` under ``torch.profiler``.
+    """One call of ``fn`` under ``torch.profiler`` (input shapes recorded).
 
     Returns:
         dict: ``table`` (str), the ``count`` operators with the most self CPU time;
         ``seconds`` (float), all the operators' self CPU time; ``matrix_product_seconds``
-        (float), that of :data:`MATRIX_PRODUCT_OPERATORS`. Their ratio bounds what leaner
-        code around the same products can gain: the products run at the library's rate on
-        every side.
+        (float), that of the matrix products (:data:`MATRIX_PRODUCT_OPERATORS` and dense
+        convolutions). Their ratio bounds what leaner code around the same products can
+        gain: the products run at the library's rate on every side.
 
     Example::
 
@@ -322,15 +337,15 @@ def profile_pass(fn: Callable[[], object], count: int) -> dict:
         True
     """
     from torch.profiler import ProfilerActivity, profile
-    with profile(activities=[ProfilerActivity.CPU]) as prof:
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
         fn()
-    averages = prof.key_averages()
+    by_shape = prof.key_averages(group_by_input_shape=True)
     return dict(
-        table=averages.table(sort_by='self_cpu_time_total', row_limit=count,
-                             max_name_column_width=48),
-        seconds=sum(e.self_cpu_time_total for e in averages) / 1e6,
-        matrix_product_seconds=sum(e.self_cpu_time_total for e in averages
-                                   if e.key in MATRIX_PRODUCT_OPERATORS) / 1e6)
+        table=prof.key_averages().table(sort_by='self_cpu_time_total', row_limit=count,
+                                        max_name_column_width=48),
+        seconds=sum(e.self_cpu_time_total for e in by_shape) / 1e6,
+        matrix_product_seconds=sum(e.self_cpu_time_total for e in by_shape
+                                   if _is_matrix_product(e)) / 1e6)
 
 
 def _record_profiles(result: dict, passes: dict) -> None:
