@@ -304,8 +304,10 @@ MATRIX_PRODUCT_OPERATORS = frozenset({
     'aten::mm', 'aten::addmm', 'aten::bmm', 'aten::baddbmm',
     'aten::_scaled_dot_product_flash_attention_for_cpu',
     'aten::_scaled_dot_product_flash_attention_for_cpu_backward'})
-# Convolution operators with self time, and where their weight is among the inputs.
-_CONVOLUTION_WEIGHT_INPUT = {'aten::mkldnn_convolution': 1, 'aten::convolution_backward': 2}
+# Convolution operators with self time, and where their weight is among the inputs (oneDNN's,
+# and PyTorch's own, which it takes with one thread).
+_CONVOLUTION_WEIGHT_INPUT = {'aten::mkldnn_convolution': 1, 'aten::convolution_backward': 2,
+                             'aten::_slow_conv2d_forward': 1, 'aten::_slow_conv2d_backward': 2}
 
 
 def _is_matrix_product(event) -> bool:
