@@ -9,24 +9,15 @@ _base_ = [
     './_base_/schedules/adamw_1x.py',
     'mmdet::_base_/default_runtime.py',
     'mmdet::retinanet/retinanet_tta.py',
+    './_base_/backbones/cmt_s.py',
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
-# The official ImageNet-1k file, loaded as published (docs/checkpoints.md).
-pretrained = 'checkpoints/cmt_small.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CMT',
-        arch='s',
-        # RetinaNet reads C3-C5 only: stage 0 is computed but not returned, so no output norm
-        # is built for it (an unused one would get no gradient, which DDP rejects).
-        out_indices=(1, 2, 3),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        norm_eval=True,  # the Mask R-CNN configs' BatchNorm policy (2 images per GPU)
-        selective_cp=True,  # 0.45x the activation memory, same gradients: docs/benchmarks.md
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # RetinaNet reads C3-C5 only: stage 0 is computed but not returned, so no output norm is
+    # built for it (an unused one would get no gradient, which DDP rejects). norm_eval: the
+    # Mask R-CNN configs' BatchNorm policy (2 images per GPU).
+    backbone=dict(_base_.cmt_s_backbone, _delete_=True, out_indices=(1, 2, 3), norm_eval=True),
     # P3-P5 from C3-C5 (strides 8-32), P6 by a stride-2 conv on C5 and P7 on P6: the base
     # config's levels (anchor strides 8-128), fed as MMDetection's Swin RetinaNet feeds them.
     neck=dict(in_channels=[128, 256, 512], start_level=0))

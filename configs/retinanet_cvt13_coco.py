@@ -8,24 +8,15 @@ _base_ = [
     './_base_/schedules/adamw_1x.py',
     'mmdet::_base_/default_runtime.py',
     'mmdet::retinanet/retinanet_tta.py',
+    './_base_/backbones/cvt13.py',
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 
-# The official ImageNet-1k file, loaded as published (docs/checkpoints.md).
-pretrained = 'checkpoints/CvT-13-224x224-IN-1k.pth'
 model = dict(
-    backbone=dict(
-        _delete_=True,
-        type='CvT',
-        arch='13',
-        # RetinaNet reads strides 8 and 16 only (CvT has no stride-32 stage): stage 0 is not
-        # returned, so no output norm is built for it (it would get no gradient under DDP).
-        out_indices=(1, 2),
-        out_norm_cfg=dict(type='LN'),
-        num_classes=0,
-        drop_path_rate=0.1,
-        norm_eval=True,  # the Mask R-CNN configs' BatchNorm policy (2 images per GPU)
-        init_cfg=dict(type='Pretrained', checkpoint=pretrained)),
+    # RetinaNet reads strides 8 and 16 only (CvT has no stride-32 stage): stage 0 is not
+    # returned, so no output norm is built for it (it would get no gradient under DDP).
+    # norm_eval: the Mask R-CNN configs' BatchNorm policy (2 images per GPU).
+    backbone=dict(_base_.cvt13_backbone, _delete_=True, out_indices=(1, 2), norm_eval=True),
     # P3-P4 from C3-C4; P5 (stride 32) by a stride-2 conv on C4 itself, then P6 and P7, with a
     # ReLU between extra convs as in the CvT Mask R-CNN config: the base config's five levels
     # (anchor strides 8-128) on a three-stage backbone.

@@ -180,7 +180,8 @@ def test_retinanet_is_mmdetections_1x_config_with_our_backbone_and_schedule(name
         assert ours[key] == mask_rcnn[key], key
     assert ours.optim_wrapper.optimizer.type == 'AdamW' and ours.train_cfg.max_epochs == 12
     assert ours.param_scheduler[1].milestones == [8, 11]
-    differ = {'model', 'custom_imports', 'pretrained', 'max_epochs', *schedule}
+    differ = {'model', 'custom_imports', 'pretrained', 'max_epochs', *schedule,
+              'cvt13_backbone', 'cmt_s_backbone'}  # our backbone bases' settings
     assert set(ours) - differ == set(theirs) - differ
     for key in set(ours) - differ:
         assert _unscoped(ours[key]) == _unscoped(theirs[key]), key
