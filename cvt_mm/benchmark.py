@@ -661,7 +661,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument('--iters', type=int, default=5, help='timed iterations')
     for p in (b, t):
         p.add_argument('--profile', type=int, default=0, metavar='N',
-                       help='print the N operators with the most self CPU time per case')
+                       help='print the N operators with the most self CPU time per case, '
+                       "and the matrix products' share of the profiled pass (with peers: "
+                       "'at most', the bound it puts on peer / ours)")
         p.add_argument('--thp', action='store_true',
                        help='with THP_MEM_ALLOC_ENABLE=1: huge pages for large CPU tensors '
                        '(slower and larger at 224 in docs/benchmarks.md; tools/train.py does '
@@ -888,6 +890,9 @@ def _train_iter(args) -> int:
         for part in ('forward', 'backward'):
             if r.get(f'profile_{part}'):
                 print(f'\n{name}: top operators, {part}\n{r[f"profile_{part}"]}', flush=True)
+        if r.get('matrix_product_share'):
+            print(f'{name}: matrix products {r["matrix_product_share"]:.0%} of the profiled '
+                  'iteration', flush=True)
     width = max(27, *(len(r['name']) for r in results.values()))
     print(f'\n{"model":{width}s} {"params":>7s} {"GFLOP":>7s} {"fwd s":>6s} {"bwd s":>6s} '
           f'{"wall s":>6s} {"GFLOP/s":>7s} {"peak GiB":>9s} {"load":>5s}  vs Swin-T: time, '

@@ -195,6 +195,8 @@ def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
     assert cmt['time_ratio'] == pytest.approx(cmt['wall_s'] / swin['wall_s'])
     assert cmt['work_ratio'] == pytest.approx(cmt['gflop'] / swin['gflop'])
     assert 'Mask R-CNN CMT-S: top operators, backward' in proc.stdout
+    assert 0 < cmt['matrix_product_share'] < 1
+    assert f"Mask R-CNN CMT-S: matrix products {cmt['matrix_product_share']:.0%}" in proc.stdout
 
 
 @pytest.mark.slow
