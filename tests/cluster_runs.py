@@ -18,6 +18,7 @@ import torch
 from cvt_mm.checkpoint import read_checkpoint
 
 from helpers import (
+    EXIT_PROBE_ENV,
     PACE,
     PACED_ENV,
     ROOT,
@@ -87,7 +88,9 @@ def start(args, log, env=None) -> subprocess.Popen:
     full = dict(os.environ, **BASE_ENV, **(env or {}))
     # The narrow models' iterations are paced (helpers.narrow_config): a signal sent when
     # a checkpoint appears lands in the next iteration, or in the save, on any machine.
+    # Every rank also reports the gloo threads left at its exit (helpers.EXIT_PROBE_ENV).
     full['PYTHONPATH'] = os.pathsep.join([ROOT, PACED_ENV['PYTHONPATH'],
+                                          EXIT_PROBE_ENV['PYTHONPATH'],
                                           full.get('PYTHONPATH', '')])
     return subprocess.Popen(['bash', *args], cwd=ROOT, env=full, stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)

@@ -10,7 +10,7 @@ import sys
 import pytest
 
 from cluster_runs import make_cluster_data
-from helpers import head_user_config, make_tiny_data, run_tool
+from helpers import EXIT_PROBE_ENV, head_user_config, make_tiny_data, run_tool
 
 TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
 
@@ -95,7 +95,7 @@ def dist_train(tiny_data, tmp_path_factory):
             config = head_user_config(str(root / 'user.py'), base, tiny_data, str(work),
                                       max_epochs=DIST_ITERATIONS, max_iters=DIST_ITERATIONS)
             proc = run_tool(['dist_train.sh', config, '2'], timeout=600,
-                            env=dict(PORT=str(free_port())))
+                            env=dict(PORT=str(free_port()), **EXIT_PROBE_ENV))
             runs[base] = (config, work, proc)
         return runs[base]
 

@@ -13,6 +13,7 @@ import importlib
 import importlib.util
 import os
 import os.path as osp
+import re
 import subprocess
 import sys
 from typing import Optional, Union
@@ -349,6 +350,20 @@ _NARROW_MODEL = dict(det=f"""model = dict(
 # PACED_ENV): long enough for a test's signal to land, short beside an iteration's start-up.
 PACE = 0.5
 PACED_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests'))
+
+
+# Launched ranks report the gloo threads left at their exit (tests/exit_probe/sitecustomize.py).
+EXIT_PROBE_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests', 'exit_probe'))
+
+
+def assert_no_gloo_threads_at_exit(log: str, ranks: int) -> None:
+    """Every one of ``ranks`` ranks run with ``EXIT_PROBE_ENV`` reported, in ``log``, that no
+    gloo thread was left when it exited."""
+    reports = re.findall(r'cvt_mm exit probe: rank (\d+), gloo threads: (\[.*\])', log)
+    assert sorted(int(rank) for rank, _ in reports) == list(range(ranks)), \
+        f'exit reports {reports}, expected one per rank of {ranks}:\n{log[-3000:]}'
+    left = {rank: threads for rank, threads in reports if threads != '[]'}
+    assert not left, f'gloo threads left at exit (the process group outlived the run): {left}'
 
 
 def narrow_config(base: str, task: str, pace: float = 0.0) -> str:

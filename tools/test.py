@@ -99,6 +99,20 @@ def results_dumper(cfg, out: str):
     return DumpResults(out_file_path=out)
 
 
+def evaluate(cfg, checkpoint: str, out=None, allow_partial: bool = False) -> None:
+    """Build the runner, check that ``checkpoint`` fits its model, test. The runner lives only
+    in this call: its DDP wrapper holds the process group (see finish_distributed)."""
+    runner = build_runner(cfg)
+    model = runner.model.module if hasattr(runner.model, 'module') else runner.model
+    misfit = checkpoint_misfit(model, checkpoint)
+    if misfit and not allow_partial:
+        raise SystemExit(f'error: {misfit}\nNothing was evaluated; --allow-partial evaluates '
+                         'it anyway (the parts not in the checkpoint stay random).')
+    if out:
+        runner.test_evaluator.metrics.append(results_dumper(cfg, out))
+    runner.test()
+
+
 def main(argv=None):
     args = parse_args(argv)
     cvt_mm.setup_process()
@@ -113,15 +127,7 @@ def main(argv=None):
     check_dataset_paths(cfg, ['test_dataloader'], args.config)
     guard_dataloader_workers(cfg.get('test_dataloader'))
     prepare_distributed(cfg, args.launcher)
-    runner = build_runner(cfg)
-    model = runner.model.module if hasattr(runner.model, 'module') else runner.model
-    misfit = checkpoint_misfit(model, args.checkpoint)
-    if misfit and not args.allow_partial:
-        raise SystemExit(f'error: {misfit}\nNothing was evaluated; --allow-partial evaluates '
-                         'it anyway (the parts not in the checkpoint stay random).')
-    if args.out:
-        runner.test_evaluator.metrics.append(results_dumper(cfg, args.out))
-    runner.test()
+    evaluate(cfg, args.checkpoint, args.out, args.allow_partial)
     finish_distributed()
 
 

@@ -16,6 +16,7 @@ import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.engine.cli import config_from_args, set_local_rank_env
 from cvt_mm.engine.dataset_paths import check_dataset_paths
 from cvt_mm.engine.distributed import prepare_distributed
+from cvt_mm.engine.hooks import TrainingPreempted
 from cvt_mm.engine.process_group import finish_distributed
 from cvt_mm.engine.resume import choose_resume
 from cvt_mm.engine.runner_setup import build_runner, prepare_training
@@ -65,8 +66,16 @@ def main(argv=None):
     prepare_distributed(cfg, args.launcher)
     choose_resume(cfg, args.resume)
     prepare_training(cfg)
-    build_runner(cfg).train()  # on SIGTERM/SIGUSR1: a checkpoint, then exit code 75
-    finish_distributed()
+    try:
+        build_runner(cfg).train()
+    except TrainingPreempted as stop:  # SIGTERM/SIGUSR1: a checkpoint was written
+        # The traceback's frames would keep the runner, and so the process group, alive.
+        preempted = stop.with_traceback(None)
+    else:
+        preempted = None
+    finish_distributed(wait=preempted is None)
+    if preempted is not None:
+        raise preempted  # exit code 75
 
 
 if __name__ == '__main__':

@@ -1,5 +1,6 @@
 """Starting and ending the process group of ``--launcher pytorch`` (torchrun) and ``slurm``,
 in a way restarts and requeues cannot hang on."""
+import gc
 import os
 from datetime import timedelta
 from typing import Optional
@@ -64,11 +65,23 @@ def init_process_group(backend: str, timeout: Optional[timedelta] = None) -> Non
     os.environ['TORCHELASTIC_RESTART_COUNT'] = str(int(count.item()))
 
 
-def finish_distributed() -> None:
+def finish_distributed(wait: bool = True) -> None:
     """Wait for every process, then tear the process group down before the interpreter exits.
+
     Left to interpreter shutdown, gloo's threads are sometimes destroyed while still joinable
     and the process aborts ("terminate called without an active exception", exit -6) after
-    a run that finished."""
+    a run that finished. ``destroy_process_group`` only ends them once nothing else holds the
+    group, and the runner's DDP wrapper does (its ``Reducer``): a finished runner lives on in
+    reference cycles until collected, so it is collected here first. The caller must hold no
+    reference to the runner itself (tools/train.py and tools/test.py build and run it in a
+    call that has returned).
+
+    Args:
+        wait (bool): a barrier first. Defaults to True. False after a preemption checkpoint,
+            whose hook has waited for every rank already and whose peers may be gone.
+    """
     if torch_dist.is_available() and torch_dist.is_initialized():
-        torch_dist.barrier()
+        gc.collect()
+        if wait:
+            torch_dist.barrier()
         torch_dist.destroy_process_group()

@@ -28,7 +28,7 @@ from cluster_runs import (
     wait_for,
 )
 from conftest import free_port
-from helpers import TOOLS, det_user_config, narrow_config
+from helpers import TOOLS, assert_no_gloo_threads_at_exit, det_user_config, narrow_config
 
 pytestmark = pytest.mark.slow
 
@@ -120,6 +120,8 @@ def _preempt_torchrun(root, config, work):
     text = log_path.read_text()
     assert 'SIGTERM during the preemption checkpoint: ignored' in text
     assert f'exit code {PREEMPTED_EXIT_CODE}' in text
+    # The preempted ranks tore the process group down too (tools/train.py, after the hook).
+    assert_no_gloo_threads_at_exit(text, ranks=2)
     meta = read_checkpoint(str(work / 'iter_5.pth'))['meta']
     assert (meta['iter'], meta['epoch']) == (5, 1)  # epoch 2, batch 2 of 3
     assert (work / 'last_checkpoint').read_text().strip().endswith('iter_5.pth')

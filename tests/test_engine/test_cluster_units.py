@@ -492,6 +492,51 @@ def test_the_per_iteration_flags_travel_on_a_gloo_group_created_once(tmp_path):
                                        threads=['python'])
 
 
+FINISHED_RUNNER = textwrap.dedent('''
+    import json, os, sys, types
+    import torch
+    import torch.distributed as dist
+    from cvt_mm.engine.process_group import finish_distributed
+
+    def gloo_threads():
+        names = [open(f'/proc/self/task/{task}/comm').read().strip()
+                 for task in os.listdir('/proc/self/task')]
+        return sorted(n for n in names if 'gloo' in n)
+
+    def train():
+        # A runner as MMEngine's: in reference cycles, with the model wrapped by DDP.
+        runner = types.SimpleNamespace()
+        runner.model = torch.nn.parallel.DistributedDataParallel(torch.nn.Linear(4, 1))
+        runner.itself = runner
+        runner.model(torch.randn(2, 4)).sum().backward()
+
+    dist.init_process_group('gloo')
+    train()
+    during = gloo_threads()
+    finish_distributed()  # as tools/train.py ends
+    print(json.dumps(dict(during=during, after=gloo_threads())), flush=True)
+''')
+
+
+def test_finish_distributed_ends_gloo_threads_a_finished_runner_still_held(tmp_path):
+    """A finished runner lives on in reference cycles and its DDP wrapper holds the default
+    group: destroy_process_group alone left gloo's threads running into interpreter shutdown,
+    where a rank sometimes aborted (exit -6) after a run that had finished."""
+    import json
+
+    from conftest import free_port
+    env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR='127.0.0.1',
+               MASTER_PORT=str(free_port()), WORLD_SIZE='2', OMP_NUM_THREADS='1')
+    procs = [subprocess.Popen([sys.executable, '-c', FINISHED_RUNNER], cwd=tmp_path,
+                              env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for r in range(2)]
+    outputs = [p.communicate(timeout=120) for p in procs]
+    for proc, (out, err) in zip(procs, outputs):
+        assert proc.returncode == 0, err[-3000:]
+        threads = json.loads(out)
+        assert threads['during'], 'no gloo thread while training: the check would prove nothing'
+        assert threads['after'] == [], threads
+
 # ----------------------------------------------------------------------------- in-process runs
 class ToyData:
     """Samples with a random augmentation (noise from the sample's seed)."""

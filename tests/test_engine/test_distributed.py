@@ -20,7 +20,14 @@ from cvt_mm.engine.distributed import revert_sync_batchnorm_for_cpu
 from cvt_mm.models import CMT, CvT
 
 from conftest import DIST_ITERATIONS
-from helpers import ROOT, build_model_from_config, head_loss_keys, model_config, synthetic_batch
+from helpers import (
+    ROOT,
+    assert_no_gloo_threads_at_exit,
+    build_model_from_config,
+    head_loss_keys,
+    model_config,
+    synthetic_batch,
+)
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -246,6 +253,8 @@ def test_two_processes_train_several_iterations(dist_train, base, checkpoint):
     # Rank 0 logs every iteration; each one's gradient all-reduce waits for rank 1, and both
     # exited 0 (dist_train.sh fails otherwise): both ranks ran every iteration.
     assert len(lines) == DIST_ITERATIONS, lines
+    # Both ranks tore the process group down: none ends with gloo's threads still running.
+    assert_no_gloo_threads_at_exit(log, ranks=2)
     for line in lines:
         for key in head_loss_keys(base) | {'loss'}:
             value = re.search(rf'\s{re.escape(key)}: (\S+)', line)

@@ -6,9 +6,16 @@ import pickle
 import re
 
 import pytest
+import torch
 
-from conftest import DIST_ITERATIONS
-from helpers import narrow_config, run_tool, seg_user_config
+from conftest import DIST_ITERATIONS, free_port
+from helpers import (
+    EXIT_PROBE_ENV,
+    assert_no_gloo_threads_at_exit,
+    narrow_config,
+    run_tool,
+    seg_user_config,
+)
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -49,17 +56,54 @@ def test_resume_continues_at_the_right_iteration(seg_run):
         assert 'CPU allocator: reusing freed memory' in log
 
 
-def test_test_py_detection_metrics_dump_and_pictures(det_run, tmp_path):
+@pytest.fixture(scope='module')
+def det_eval(det_run, tmp_path_factory):
+    """tools/test.py on ``det_run``'s checkpoint in one process: (log, results.pkl, pictures)."""
     config, checkpoint, _ = det_run
-    proc = run_tool(['test.py', config, str(checkpoint), '--work-dir',
-                     str(tmp_path / 'eval'), '--out', str(tmp_path / 'results.pkl'),
-                     '--show-dir', str(tmp_path / 'vis')])
-    log = proc.stdout + proc.stderr
+    root = tmp_path_factory.mktemp('det_eval')
+    proc = run_tool(['test.py', config, str(checkpoint), '--work-dir', str(root / 'eval'),
+                     '--out', str(root / 'results.pkl'), '--show-dir', str(root / 'vis')])
+    return proc.stdout + proc.stderr, root / 'results.pkl', root / 'vis'
+
+
+def _test_metrics(log: str) -> dict:
+    """The metrics of the final ``Epoch(test)`` line."""
+    line = [ln for ln in log.splitlines() if '(test)' in ln and 'coco/' in ln][-1]
+    return dict(re.findall(r'(coco/\S+): (\S+)', line))
+
+
+def test_test_py_detection_metrics_dump_and_pictures(det_eval):
+    log, out, vis = det_eval
     assert 'coco/bbox_mAP' in log and 'coco/segm_mAP' in log
-    with open(tmp_path / 'results.pkl', 'rb') as f:
+    with open(out, 'rb') as f:
         results = pickle.load(f)
     assert len(results) == 2 and 'pred_instances' in results[0]
-    assert len(glob.glob(str(tmp_path / 'vis' / '*.jpg'))) == 2
+    assert len(glob.glob(str(vis / '*.jpg'))) == 2
+
+
+def test_dist_test_sh_evaluates_on_two_processes_as_on_one(det_run, det_eval, tmp_path):
+    """Each rank predicts its share of the images; rank 0 gathers them in dataset order and
+    evaluates: the same predictions and metrics as one process. Both ranks end with no gloo
+    thread left (the runner's DDP wrapper held the group past destroy_process_group)."""
+    config, checkpoint, _ = det_run
+    one_log, one_out, _ = det_eval
+    proc = run_tool(['dist_test.sh', config, str(checkpoint), '2', '--work-dir',
+                     str(tmp_path / 'eval'), '--out', str(tmp_path / 'results.pkl')],
+                    env=dict(PORT=str(free_port()), **EXIT_PROBE_ENV))
+    log = proc.stdout + proc.stderr
+    assert 'Distributed training: True' in log and 'GPU number: 2' in log, log[-3000:]
+    assert _test_metrics(log) == _test_metrics(one_log)
+    with open(one_out, 'rb') as f:
+        one = pickle.load(f)
+    with open(tmp_path / 'results.pkl', 'rb') as f:
+        two = pickle.load(f)
+    assert [r['img_id'] for r in two] == [r['img_id'] for r in one]
+    assert all(len(r['pred_instances']['scores']) for r in one)  # boxes to compare
+    for a, b in zip(one, two):
+        for key in ('bboxes', 'scores', 'labels'):
+            assert torch.allclose(torch.as_tensor(a['pred_instances'][key]),
+                                  torch.as_tensor(b['pred_instances'][key]), atol=1e-4), key
+    assert_no_gloo_threads_at_exit(log, ranks=2)
 
 
 def test_test_py_segmentation_pictures(seg_run, tmp_path):

@@ -50,7 +50,8 @@ STOPPED_EXIT_CODE = 143
 
 class TrainingPreempted(SystemExit):
     """Raised on every rank after the preemption checkpoint is written; exits the process
-    with :data:`PREEMPTED_EXIT_CODE` unless caught.
+    with :data:`PREEMPTED_EXIT_CODE` unless caught (tools/train.py catches it to tear the
+    process group down, then raises it again).
 
     Attributes:
         checkpoint (str): the checkpoint written.
@@ -275,7 +276,6 @@ class PreemptionHook(Hook):
             group = flag_group()
             if not timed(lambda: torch_dist.barrier(group=group), self.save_timeout):
                 self._give_up(runner, 'rank 0 did not finish the checkpoint')
-            torch_dist.destroy_process_group()
         # Every rank's part is saved and each exits with PREEMPTED_EXIT_CODE. Launchers end
         # the other tasks when the first one exits (srun --kill-on-bad-exit, torchrun): their
         # SIGTERM must not turn that exit code into a death by signal, which a batch script
