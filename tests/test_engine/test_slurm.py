@@ -20,7 +20,15 @@ from cvt_mm.checkpoint import read_checkpoint
 
 from cluster_runs import assert_same_weights, drop_checkpoints, exact_config, pointer_is
 from conftest import free_port
-from helpers import PACED_ENV, ROOT, TOOLS, det_user_config, narrow_config
+from helpers import (
+    EXIT_PROBE_ENV,
+    PACED_ENV,
+    ROOT,
+    TOOLS,
+    assert_no_gloo_threads_at_exit,
+    det_user_config,
+    narrow_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -44,8 +52,9 @@ def slurm():
     # them pending for ever (as it did when the script counted CPUs with OMP_NUM_THREADS=1).
     node = _slurm(env, 'scontrol', 'show', 'node', '--oneliner')
     assert f'CPUTot={os.cpu_count()} ' in node, node
+    # The tasks also report the gloo threads left at their exit (helpers.EXIT_PROBE_ENV).
     env['PYTHONPATH'] = os.pathsep.join([ROOT, PACED_ENV['PYTHONPATH'],
-                                         env.get('PYTHONPATH', '')])
+                                         EXIT_PROBE_ENV['PYTHONPATH'], env.get('PYTHONPATH', '')])
     yield env
     subprocess.run(['scancel', '--full', '--user', 'root'], env=env, timeout=60)
     subprocess.run(['bash', LOCAL_SLURM, 'stop'], env=env, timeout=120)
@@ -148,6 +157,9 @@ def test_the_time_limit_signal_checkpoints_requeues_and_the_job_resumes_identica
     first, requeued = text.split('slurm_sbatch: the tasks checkpointed and stopped; '
                                  f'requeueing job {job}', 1)
     assert 'SIGUSR1: stopping after iteration 5 on every process' in first
+    # Both tasks tore the process group down before exiting with 75: one left to
+    # interpreter shutdown can abort a task (-6), which the script would not requeue.
+    assert_no_gloo_threads_at_exit(first, ranks=2)
     assert f'slurm requeue 1, after a preemption, a time limit or a failure: resuming from ' \
            f'{work}/iter_5.pth (iteration 5, epoch 1)' in requeued
     assert 'Resuming epoch 2 at batch 3/3' in requeued
