@@ -12,7 +12,8 @@ import sys
 PREFIX = 'cvt_mm exit probe'
 
 
-def _report() -> None:
+def gloo_threads() -> list:
+    """The names of this process's gloo threads, sorted."""
     names = []
     for task in os.listdir('/proc/self/task'):
         try:
@@ -20,7 +21,11 @@ def _report() -> None:
                 names.append(f.read().strip())
         except OSError:  # a thread that ended meanwhile
             continue
-    gloo = sorted(n for n in names if 'gloo' in n)
+    return sorted(n for n in names if 'gloo' in n)
+
+
+def _report() -> None:
+    gloo = gloo_threads()
     rank = os.environ.get('RANK', os.environ.get('SLURM_PROCID'))
     sys.stderr.write(f'{PREFIX}: rank {rank}, gloo threads: {gloo}\n')
     sys.stderr.flush()

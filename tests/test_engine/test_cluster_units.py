@@ -32,7 +32,7 @@ from cvt_mm.engine.sampling import (
 )
 from cvt_mm.engine.slurm import first_slurm_host, slurm_environment
 
-from helpers import ROOT
+from helpers import EXIT_PROBE_ENV, ROOT
 
 
 class RandomDataset:
@@ -497,11 +497,7 @@ FINISHED_RUNNER = textwrap.dedent('''
     import torch
     import torch.distributed as dist
     from cvt_mm.engine.process_group import finish_distributed
-
-    def gloo_threads():
-        names = [open(f'/proc/self/task/{task}/comm').read().strip()
-                 for task in os.listdir('/proc/self/task')]
-        return sorted(n for n in names if 'gloo' in n)
+    from sitecustomize import gloo_threads  # tests/exit_probe, on the PYTHONPATH
 
     def train():
         # A runner as MMEngine's: in reference cycles, with the model wrapped by DDP.
@@ -525,8 +521,9 @@ def test_finish_distributed_ends_gloo_threads_a_finished_runner_still_held(tmp_p
     import json
 
     from conftest import free_port
-    env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR='127.0.0.1',
-               MASTER_PORT=str(free_port()), WORLD_SIZE='2', OMP_NUM_THREADS='1')
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, EXIT_PROBE_ENV['PYTHONPATH']]),
+               MASTER_ADDR='127.0.0.1', MASTER_PORT=str(free_port()), WORLD_SIZE='2',
+               OMP_NUM_THREADS='1')
     procs = [subprocess.Popen([sys.executable, '-c', FINISHED_RUNNER], cwd=tmp_path,
                               env=dict(env, RANK=str(r)), stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(2)]
@@ -536,6 +533,7 @@ def test_finish_distributed_ends_gloo_threads_a_finished_runner_still_held(tmp_p
         threads = json.loads(out)
         assert threads['during'], 'no gloo thread while training: the check would prove nothing'
         assert threads['after'] == [], threads
+
 
 # ----------------------------------------------------------------------------- in-process runs
 class ToyData:
