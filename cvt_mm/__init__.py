@@ -1,12 +1,16 @@
-"""cvt_mm: convolutional vision transformers (CvT, CMT) for OpenMMLab.
+"""cvt_mm: convolutional vision transformers (CvT, CMT) for OpenMMLab, timm and Hugging Face.
 
-``import cvt_mm`` (or ``custom_imports=dict(imports=['cvt_mm'])`` in a config):
+``import cvt_mm`` (or ``custom_imports=dict(imports=['cvt_mm'])`` in a config) registers the
+models where their users look for them, each only where that library is installed
+(:mod:`cvt_mm.models`): MMEngine's registries for MMDetection, MMSegmentation and MMPretrain
+(``type='CvT'``, ``type='CMT'``), timm (``timm.create_model('cvt_13')``) and transformers
+(``AutoBackbone``). The models need only PyTorch.
+
+Where MMEngine is installed it also
 
 1. makes the few changes to torch, MMEngine and MMPretrain without which the registered parts
    fail on the supported stack (:func:`cvt_mm.integration.apply`, each with its reason);
-2. registers the backbones (:mod:`cvt_mm.models`: ``type='CvT'``, ``type='CMT'``) for
-   MMDetection, MMSegmentation and MMPretrain, with their checkpoint layouts;
-3. registers the training pieces (:mod:`cvt_mm.engine`: exact resume, preemption, CPU DDP,
+2. registers the training pieces (:mod:`cvt_mm.engine`: exact resume, preemption, CPU DDP,
    hooks, layer-wise LR decay).
 
 Nothing else. Our tools also call :func:`setup_process` (atomic checkpoint writes, cached and
@@ -14,13 +18,17 @@ verified downloads, MMPretrain's inferencers in their own scope; :mod:`cvt_mm.in
 call it too when you build a ``Runner`` yourself and want the same. Checkpoint I/O (reading,
 downloading, published weights, layouts, loading) is :mod:`cvt_mm.checkpoint`.
 """
-from . import integration
-from .integration import setup_process
-
-integration.apply()  # first: MMPretrain's switch must precede any import of mmpretrain.models
-
-from . import engine, models  # noqa: E402,F401  (registrations)
-
-__all__ = ['setup_process']
+import importlib.util as _util
 
 __version__ = '0.1.0'
+
+if _util.find_spec('mmengine') is not None:
+    from . import integration
+    from .integration import setup_process
+
+    integration.apply()  # first: MMPretrain's switch must precede any import of its models
+    from . import engine  # noqa: E402,F401  (registrations)
+
+    __all__ = ['setup_process']
+
+from . import models  # noqa: E402,F401  (registrations)

@@ -410,7 +410,7 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
     if model_cfg['type'] in ('HFCvtLogits', 'OfficialLogits'):
         model = build_peer(model_cfg)
     else:
-        model = MODELS.build(dict(model_cfg, use_sdpa=path == 'sdpa'))
+        model = MODELS.build(dict(model_cfg, fast_paths=path == 'sdpa'))
         model.init_weights()
     model.train(mode == 'train')
     x = torch.randn(batch, getattr(model, 'in_channels', 3), *size)
@@ -621,7 +621,8 @@ def build_parser() -> argparse.ArgumentParser:
     b.add_argument('--modes', nargs='+', choices=('infer', 'train'), default=['infer'],
                    help='infer: eval forward without grad; train: forward + backward')
     b.add_argument('--paths', nargs='+', choices=('sdpa', 'reference'), default=['sdpa'],
-                   help='attention paths (reference: the plain formula, for comparison)')
+                   help='sdpa: the fast paths (fused attention and the rest of '
+                   'cvt_mm.models.fast); reference: the formulas as written, for comparison')
     b.add_argument('--compile', action='store_true',
                    help='also time train cases under torch.compile (inductor)')
     b.add_argument('--vs-hf', action='store_true',

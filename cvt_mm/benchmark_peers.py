@@ -71,7 +71,7 @@ class HFCvtLogits(torch.nn.Module):
         except ImportError as err:
             raise ImportError('--vs-hf times Hugging Face\'s CvT, which needs transformers: '
                               'pip install -e .[peers]') from err
-        from cvt_mm.models.base import resolve_arch
+        from cvt_mm.models._helpers import resolve_arch
         from cvt_mm.models.cvt import CvT
         row = resolve_arch(arch, CvT.arch_zoo, 3)
         # transformers 5 indexes a stage's drop-path rates by the stage's index.
@@ -147,7 +147,7 @@ def official_peer_config(model_cfg: dict, path: str, size: Sequence[int]) -> dic
     cfg = dict(type='OfficialLogits', family=family, path=osp.abspath(path),
                num_classes=model_cfg.get('num_classes', 1000))
     if family == 'cvt':
-        from cvt_mm.models.base import resolve_arch
+        from cvt_mm.models._helpers import resolve_arch
         from cvt_mm.models.cvt import CvT
         arch = model_cfg.get('arch', '13')
         row = resolve_arch(arch, CvT.arch_zoo, 3)

@@ -9,8 +9,8 @@
 :mod:`.convert`     rewriting a checkpoint in our layout, and its command line (top)
 ==================  =======================================================================
 
-Each backbone family's layouts and key-renaming rules live beside the backbone
-(``cvt_mm/models/cvt_converter.py``, ``cmt_converter.py``).
+Each backbone family's layouts and key-renaming rules live in its file
+(``cvt_mm/models/cvt.py``, ``cmt.py``).
 
 Example::
 

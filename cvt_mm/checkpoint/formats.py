@@ -1,6 +1,6 @@
 """Checkpoint layouts, recognised by their keys: the registry each backbone family adds its
-layouts to (CvT's and CMT's rules live beside the backbones, ``cvt_mm/models/*_converter.py``),
-and the unwrapping of MMEngine/DDP containers around a backbone's weights.
+layouts to (CvT's and CMT's rules live in the backbones' files, ``cvt_mm/models/cvt.py`` and
+``cmt.py``), and the unwrapping of MMEngine/DDP containers around a backbone's weights.
 
 Example::
 
@@ -115,6 +115,11 @@ def detect_format(sd: StateDict, family: Optional[str] = None) -> WeightFormat:
     for fmt in candidates:
         if fmt.matches(keys):
             return fmt
+    other = next((f for f in known_formats() if f.family != family and f.matches(keys)), None)
+    if family and other:
+        raise CheckpointError(
+            f'the checkpoint is a {other.family} checkpoint (layout {other.name}), not a '
+            f'{family} one: a {family} model loads {", ".join(f.name for f in candidates)}.')
     what = f'a {family}' if family else 'a ' + ' or '.join(sorted({f.family for f in candidates}))
     raise CheckpointError(
         f'cannot recognise the checkpoint as {what} model; known layouts: '

@@ -11,6 +11,12 @@ known layout of a family, read safely (:mod:`.io`), downloaded and verified when
 * a model may adapt tensors whose shape legitimately depends on the input resolution (CMT's
   relative position biases) through ``adapt_pretrained_state_dict``.
 
+The same checks serve timm's ``pretrained_filter_fn`` (:func:`fit_state_dict` on what timm
+read), so a wrong file fails the same way through ``timm.create_model``.
+
+Messages go to MMEngine's current logger when the process uses MMEngine, else to the
+``cvt_mm`` logger of Python's ``logging``.
+
 Example::
 
     >>> model = CMT(arch='s', num_classes=0)
@@ -18,20 +24,31 @@ Example::
 """
 from __future__ import annotations
 
+import logging
 import os
 import re
-from typing import Dict, List, Optional, Tuple
+import sys
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
-from mmengine.logging import MMLogger, print_log
 
 from .formats import StateDict, convert_state_dict, extract_state_dict
 from .hub import cached_download, is_url
 from .io import CheckpointError, read_local
 from .published import download_hint, published_for_url
 
-__all__ = ['read_checkpoint', 'load_from_http', 'arch_of', 'load_pretrained',
-           'checkpoint_misfit']
+__all__ = ['read_checkpoint', 'load_from_http', 'arch_of', 'fit_state_dict', 'load_pretrained',
+           'checkpoint_misfit', 'log']
+
+
+def log(message: str, level: int = logging.INFO, logger=None) -> None:
+    """``message`` to ``logger``; else to MMEngine's current logger when the process has
+    imported MMEngine (a training run's log file); else to the ``cvt_mm`` logger."""
+    if logger is None and 'mmengine' in sys.modules:
+        from mmengine.logging import print_log
+        print_log(message, logger='current', level=level)
+        return
+    (logger or logging.getLogger('cvt_mm')).log(level, message)
 
 
 def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
@@ -107,28 +124,24 @@ def arch_of(sd: StateDict, arch_zoo: Dict[str, dict], family: str) -> str:
     return f'a custom {label} arch (depths {found_depths}, embed_dims {found_dims})'
 
 
-def load_pretrained(model: torch.nn.Module, path: str, family: str,
-                    prefix: Optional[str] = None,
-                    head_prefixes: Tuple[str, ...] = ('head.', ),
-                    allow_partial: bool = False,
-                    logger: Optional[MMLogger] = None) -> None:
-    """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc).
+def fit_state_dict(model: torch.nn.Module, sd: StateDict, family: str, source: str,
+                   layout: str, head_prefixes: Tuple[str, ...] = ('head.', ),
+                   allow_partial: bool = False, reshapable: Sequence[str] = (),
+                   logger=None) -> StateDict:
+    """What of ``sd`` (in our layout) to load into ``model``, checked against it.
 
-    A checkpoint of another architecture (keys the model lacks, or model parameters the
-    checkpoint lacks, outside the classifier head and our optional output norms) raises
-    :class:`CheckpointError` naming both architectures, unless ``allow_partial`` (then the
-    parts that fit are loaded, the rest keeps its initialisation, and the keys are logged).
+    A classifier head of another shape is dropped with a warning. Any other tensor of another
+    shape, parameter the file lacks or key the model lacks (outside the head and our optional
+    output norms) raises :class:`CheckpointError` naming the keys and the architecture each side
+    looks like, unless ``allow_partial`` (then only what fits is returned, the rest logged).
+    ``reshapable`` keys are passed on whatever their shape, for a caller that adapts them (timm
+    adapts the first convolution to ``in_chans``).
     """
-    logger = logger or MMLogger.get_current_instance()
-    sd, dropped = extract_state_dict(read_checkpoint(path, family), prefix)
-    sd, fmt_name = convert_state_dict(sd, family)
-    if hasattr(model, 'adapt_pretrained_state_dict'):
-        sd = model.adapt_pretrained_state_dict(sd)
-
     own = model.state_dict()
+    sd = dict(sd)
     skipped_head, mismatched = [], []
     for key in list(sd):
-        if key in own and own[key].shape != sd[key].shape:
+        if key in own and own[key].shape != sd[key].shape and key not in reshapable:
             if key.startswith(head_prefixes):
                 skipped_head.append(f'{key} (checkpoint {tuple(sd[key].shape)}, '
                                     f'model {tuple(own[key].shape)})')
@@ -151,27 +164,55 @@ def load_pretrained(model: torch.nn.Module, path: str, family: str,
                                 ('model parameters not in the file', missing),
                                 ('keys of the file the model lacks', unused)) if items)
         raise CheckpointError(
-            f'{path} ({fmt_name}) does not fit the model: {listed}. The checkpoint looks like '
+            f'{source} ({layout}) does not fit the model: {listed}. The checkpoint looks like '
             f'{arch_of(sd, zoo, family)}; the model is {arch_of(own, zoo, family)}. Use the '
             "checkpoint of the model's architecture, or load what fits on purpose with "
             "init_cfg=dict(type='Pretrained', checkpoint=..., allow_partial=True).")
     if mismatched:  # allow_partial: keep the model's own values for these
         for item in mismatched:
             del sd[item.split(':')[0]]
-        print_log(f'allow_partial: {len(mismatched)} tensors of another shape not loaded: '
-                  + '; '.join(mismatched), logger=logger, level=30)
-    result = model.load_state_dict(sd, strict=False)
-    print_log(f'Loaded {type(model).__name__} weights from {path} (format: {fmt_name}, '
-              f'{len(sd)} tensors)', logger=logger)
+        log(f'allow_partial: {len(mismatched)} tensors of another shape not loaded: '
+            + '; '.join(mismatched), logging.WARNING, logger)
     if skipped_head:
-        print_log('Skipped the classifier head (different num_classes): '
-                  + ', '.join(skipped_head), logger=logger, level=30)
+        log('Skipped the classifier head (different num_classes): ' + ', '.join(skipped_head),
+            logging.WARNING, logger)
+    return sd
+
+
+def convert_for(model: torch.nn.Module, ckpt: dict, family: str, source: str,
+                prefix: Optional[str] = None) -> Tuple[StateDict, str]:
+    """``ckpt`` (any container, any layout of ``family``) renamed into our layout and adapted
+    to ``model`` (CMT's biases trained at another resolution); returns it and the layout."""
+    sd, _ = extract_state_dict(ckpt, prefix)
+    try:
+        sd, layout = convert_state_dict(sd, family)
+    except CheckpointError as err:
+        zoo = getattr(type(model), 'arch_zoo', {})
+        raise CheckpointError(f'{source}: {err} The model is '
+                              f'{arch_of(model.state_dict(), zoo, family)}.') from None
+    if hasattr(model, 'adapt_pretrained_state_dict'):
+        sd = model.adapt_pretrained_state_dict(sd)
+    return sd, layout
+
+
+def load_pretrained(model: torch.nn.Module, path: str, family: str,
+                    prefix: Optional[str] = None,
+                    head_prefixes: Tuple[str, ...] = ('head.', ),
+                    allow_partial: bool = False, logger=None) -> None:
+    """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc and
+    :func:`fit_state_dict`)."""
+    sd, layout = convert_for(model, read_checkpoint(path, family), family, path, prefix)
+    sd = fit_state_dict(model, sd, family, path, layout, head_prefixes, allow_partial,
+                        logger=logger)
+    result = model.load_state_dict(sd, strict=False)
+    log(f'Loaded {type(model).__name__} weights from {path} (format: {layout}, '
+        f'{len(sd)} tensors)', logger=logger)
     if result.missing_keys:
-        print_log(f'Missing keys ({len(result.missing_keys)}): '
-                  f'{", ".join(result.missing_keys)}', logger=logger, level=30)
+        log(f'Missing keys ({len(result.missing_keys)}): {", ".join(result.missing_keys)}',
+            logging.WARNING, logger)
     if result.unexpected_keys:
-        print_log(f'Unused keys ({len(result.unexpected_keys)}): '
-                  f'{", ".join(result.unexpected_keys)}', logger=logger, level=30)
+        log(f'Unused keys ({len(result.unexpected_keys)}): '
+            f'{", ".join(result.unexpected_keys)}', logging.WARNING, logger)
 
 
 def _listed(items: List[str], limit: int = 3) -> str:

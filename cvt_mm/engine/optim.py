@@ -4,7 +4,7 @@ MMPretrain's ``LearningRateDecayOptimWrapperConstructor`` asks the *model* for
 ``get_layer_depth``: its classifiers forward the question to the backbone, MMDetection's
 detectors and MMSegmentation's segmentors have no such method. This subclass asks the
 backbone directly, so every backbone parameter gets ``lr * rate ** (num_layers - 1 - depth)``
-by its depth (:func:`cvt_mm.models.base.layer_depth`) and the neck and heads the full LR.
+by its depth (:func:`cvt_mm.models.backbone.layer_depth`) and the neck and heads the full LR.
 
 Example (a config)::
 

@@ -1,7 +1,13 @@
-"""The backbones, registered in MMEngine's root ``MODELS`` (so every toolbox finds them), and
-their checkpoint layouts, registered with :mod:`cvt_mm.checkpoint.formats`."""
-from . import cmt_converter, cvt_converter  # noqa: F401  (layout registrations)
-from .cmt import CMT
-from .cvt import CvT
+"""The CvT and CMT models and backbones, each family in one file (:mod:`.cvt`, :mod:`.cmt`), and
+their registrations, each where the library is installed:
 
-__all__ = ['CMT', 'CvT']
+* MMEngine's root ``MODELS`` (``type='CvT'``, ``type='CMT'``), which MMDetection's,
+  MMSegmentation's and MMPretrain's registries fall back to;
+* timm (``timm.create_model('cvt_13')``, ``'cmt_s'``, ...).
+
+The speed machinery sits one step away, in :mod:`.fast`.
+"""
+from .cmt import CMT, CMTModel
+from .cvt import CvT, CvTModel
+
+__all__ = ['CMT', 'CMTModel', 'CvT', 'CvTModel']

@@ -1,7 +1,7 @@
 """CMT: Convolutional Neural Networks Meet Vision Transformers (Guo et al., CVPR 2022).
 
-The official architecture (huawei-noah/Efficient-AI-Backbones, ``cmt_pytorch``) as an MMEngine
-backbone that runs at any input size >= 32x32 and keeps the ImageNet classification stage.
+The official architecture (huawei-noah/Efficient-AI-Backbones, ``cmt_pytorch``) at any input
+size >= 32x32, keeping the ImageNet classification stage.
 
 Size rules (the same for every input, so dense heads see strides 4/8/16/32):
 
@@ -19,9 +19,14 @@ blocks, each a local perception unit (LPU), lightweight multi-head self-attentio
 the stage's relative position bias, and an inverted residual feed-forward network (IRFFN).
 
 ``relative_pos`` (one ``(heads, Nq, Nk)`` tensor per stage, a full query x key bias) is stored for
-the grids of ``pretrain_img_size``; :class:`~.relative_position_bias.RelativePositionBias`
-serves it at the grids of each input (resized, cached in eval mode, recomputed in the backward
-with ``selective_cp``).
+the grids of ``pretrain_img_size`` and resized bicubically to the grids of each input
+(:func:`interpolate_relative_pos`; on the fast path
+:class:`~.fast.relative_position_bias.RelativePositionBias`: matrix products, cached in eval
+mode, recomputed in the backward with ``selective_cp``).
+
+In this file: the blocks, the model (:class:`CMTModel`, timm's API), the OpenMMLab backbone
+(:class:`CMT`, ``type='CMT'``), the arch table, the checkpoint layouts, and the timm entry
+points with their pretrained metadata.
 """
 from __future__ import annotations
 
@@ -30,17 +35,46 @@ from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
-from mmengine.logging import print_log
 from torch import nn
 
+from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
 from ..checkpoint.io import CheckpointError
-from ..registry import MODELS
-from .attention import attention, merge_heads, split_heads
-from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
-from .layers import ResidualDropPath, nchw_to_nlc, nlc_to_nchw, stochastic_depth_rates
-from .matrix_resize import ceil_div, is_symbolic, resize_relative_pos
-from .recomputation import run_blocks
-from .relative_position_bias import RelativePositionBias
+from ..checkpoint.loading import log
+from . import fast
+from ._helpers import (
+    check_batchnorm_statistics,
+    check_choice,
+    check_image,
+    check_int,
+    resolve_arch,
+    take_indices,
+    vit_init_,
+)
+from ._registry import (
+    build_timm_model,
+    register_mmengine,
+    register_timm,
+    timm_checkpoint_filter,
+    timm_pretrained_cfg,
+)
+from .backbone import PyramidBackbone
+from .fast.attention import sdpa_attention
+from .fast.matrix_resize import resize_relative_pos
+from .fast.recomputation import run_blocks
+from .fast.relative_position_bias import RelativePositionBias
+from .layers import (
+    ResidualDropPath,
+    ceil_div,
+    is_symbolic,
+    merge_heads,
+    nchw_to_nlc,
+    nlc_to_nchw,
+    split_heads,
+    stochastic_depth_rates,
+)
+
+__all__ = ['CMTModel', 'CMT', 'ARCH_SETTINGS', 'checkpoint_filter_fn', 'cmt_ti', 'cmt_xs',
+           'cmt_s', 'cmt_b']
 
 Grid = Tuple[int, int]
 
@@ -103,6 +137,24 @@ def square_grids_from_shape(shape: Sequence[int]) -> Tuple[Grid, Grid]:
     return grids[0], grids[1]
 
 
+def interpolate_relative_pos(bias: torch.Tensor, src_query: Grid, src_key: Grid,
+                             dst_query: Grid, dst_key: Grid) -> torch.Tensor:
+    """A ``(heads, Hq*Wq, Hk*Wk)`` bias resized to new query and key grids: bicubic
+    (``align_corners=False``) over the key grid, then over the query grid; ``bias`` itself when
+    both grids match. (The fast path computes the same as matrix products:
+    :func:`~.fast.matrix_resize.resize_relative_pos`.)"""
+    if tuple(src_query) == tuple(dst_query) and tuple(src_key) == tuple(dst_key):
+        return bias
+    heads, nq, _ = bias.shape
+    x = F.interpolate(bias.reshape(heads * nq, 1, *src_key), size=tuple(dst_key),
+                      mode='bicubic', align_corners=False)
+    nk = dst_key[0] * dst_key[1]
+    x = x.reshape(heads, *src_query, nk).permute(0, 3, 1, 2).reshape(heads * nk, 1, *src_query)
+    x = F.interpolate(x, size=tuple(dst_query), mode='bicubic', align_corners=False)
+    return x.reshape(heads, nk, dst_query[0] * dst_query[1]).transpose(1, 2).contiguous()
+
+
+# ------------------------------------------------------------------------------------ blocks
 class ConvBN(nn.Module):
     """Conv2d with bias -> BatchNorm, with an optional activation before (``act_first``) or
     after the norm. The official weights carry a conv bias even right before a BN, so this
@@ -143,12 +195,12 @@ class LMHSA(nn.Module):
     """Lightweight multi-head self-attention: keys/values from a depth-wise-reduced map, plus
     the stage's relative position bias."""
 
-    def __init__(self, dim: int, num_heads: int, sr_ratio: int, use_sdpa: bool = True):
+    def __init__(self, dim: int, num_heads: int, sr_ratio: int, fast_paths: bool = True):
         super().__init__()
         self.num_heads = num_heads
         self.scale = (dim // num_heads) ** -0.5
         self.sr_ratio = sr_ratio
-        self.use_sdpa = use_sdpa
+        self.fast_paths = fast_paths
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)
         self.v = nn.Linear(dim, dim)
@@ -162,8 +214,12 @@ class LMHSA(nn.Module):
             kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
         q, k, v = (split_heads(proj(tokens), self.num_heads)
                    for proj, tokens in ((self.q, x), (self.k, kv), (self.v, kv)))
-        out = attention(q, k, v, self.scale, bias=bias, use_sdpa=self.use_sdpa)
-        return self.proj(merge_heads(out))
+        if self.fast_paths:
+            x = sdpa_attention(q, k, v, self.scale, bias=bias)
+        else:
+            scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale + bias.to(q.dtype)
+            x = scores.softmax(dim=-1) @ v
+        return self.proj(merge_heads(x))
 
 
 class IRFFN(nn.Module):
@@ -188,11 +244,11 @@ class CMTBlock(nn.Module):
     """Local perception unit (residual 3x3 depth-wise conv), LMHSA and IRFFN."""
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, sr_ratio: int,
-                 drop_path: float, use_sdpa: bool):
+                 drop_path: float, fast_paths: bool):
         super().__init__()
         self.lpu = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = LMHSA(dim, num_heads, sr_ratio, use_sdpa)
+        self.attn = LMHSA(dim, num_heads, sr_ratio, fast_paths)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.ffn = IRFFN(dim, int(dim * mlp_ratio))
         self.drop_path = ResidualDropPath(drop_path)
@@ -205,17 +261,17 @@ class CMTBlock(nn.Module):
 
 
 class CMTStage(nn.Module):
-    """Patch aggregation, then CMT blocks sharing the stage's relative position bias.
+    """Patch aggregation, then CMT blocks sharing the stage's relative position bias: an NCHW
+    map in; (B, h*w, C) tokens and (h, w) out.
 
-    ``relative_pos`` is stored for ``query_grid`` x ``key_grid``; ``position_bias``
-    (:class:`~.relative_position_bias.RelativePositionBias`) serves it at the grids of each
-    input.
+    ``relative_pos`` is stored for ``query_grid`` x ``key_grid`` and resized to the grids of
+    each input (:meth:`relative_pos_for`).
     """
 
     def __init__(self, in_channels: int, dim: int, depth: int, num_heads: int,
                  mlp_ratio: float, sr_ratio: int, drop_paths: Sequence[float],
-                 query_grid: Grid, key_grid: Grid, use_sdpa: bool, with_cp: bool,
-                 selective_cp: bool, bias_cache_size: int):
+                 query_grid: Grid, key_grid: Grid, fast_paths: bool, selective_cp: bool,
+                 bias_cache_size: int):
         super().__init__()
         self.patch_embed = PatchEmbed(in_channels, dim)
         self.query_grid, self.key_grid = tuple(query_grid), tuple(key_grid)
@@ -223,96 +279,102 @@ class CMTStage(nn.Module):
         # The official init (unit normal), not a small std: the trained biases are O(1).
         self.relative_pos = nn.Parameter(
             torch.randn(num_heads, query_grid[0] * query_grid[1], key_grid[0] * key_grid[1]))
-        self.position_bias = RelativePositionBias(query_grid, key_grid, bias_cache_size,
-                                                  recompute_in_backward=selective_cp)
+        # Fast path: matrix resize, eval cache, recomputation (it holds no state).
+        self.position_bias = RelativePositionBias(
+            query_grid, key_grid, bias_cache_size,
+            recompute_in_backward=selective_cp) if fast_paths else None
         self.blocks = nn.ModuleList(
-            CMTBlock(dim, num_heads, mlp_ratio, sr_ratio, dp, use_sdpa) for dp in drop_paths)
-        self.with_cp = with_cp
+            CMTBlock(dim, num_heads, mlp_ratio, sr_ratio, dp, fast_paths) for dp in drop_paths)
+        self.grad_checkpointing = False
         self.selective_cp = selective_cp
 
     def relative_pos_for(self, query_grid: Grid, key_grid: Grid) -> torch.Tensor:
         """The bias for the given grids (the parameter itself at the stored grids)."""
-        return self.position_bias(self.relative_pos, query_grid, key_grid)
+        if self.position_bias is not None:
+            return self.position_bias(self.relative_pos, query_grid, key_grid)
+        return interpolate_relative_pos(self.relative_pos, self.query_grid, self.key_grid,
+                                        query_grid, key_grid)
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Grid]:
-        """NCHW in; (B, h*w, C) tokens and (h, w) out."""
         x, hw = self.patch_embed(x)
         key_grid = (ceil_div(hw[0], self.sr_ratio), ceil_div(hw[1], self.sr_ratio))
         bias = self.relative_pos_for(hw, key_grid)
+        if self.position_bias is None:
+            return run_blocks(self.blocks, x, hw, bias, with_cp=self.grad_checkpointing,
+                              selective_cp=self.selective_cp), hw
         with self.position_bias.recomputed_in_backward(bias, self.relative_pos, hw, key_grid):
-            x = run_blocks(self.blocks, x, hw, bias, with_cp=self.with_cp,
+            x = run_blocks(self.blocks, x, hw, bias, with_cp=self.grad_checkpointing,
                            selective_cp=self.selective_cp)
         return x, hw
 
 
-@MODELS.register_module()
-class CMT(ConvViTBackbone):
-    """CMT backbone for MMDetection, MMSegmentation and MMPretrain (Guo et al., CVPR 2022).
+def init_weights_official(module: nn.Module, init=nn.init) -> None:
+    """The official CMT initialisation of ``module`` itself: ViT's for Linear layers and norms,
+    Kaiming-normal (fan out) convolutions with zero biases, unit-normal position biases.
+    ``init`` as in :func:`~._helpers.vit_init_`."""
+    vit_init_(module, init=init)
+    if isinstance(module, nn.Conv2d):
+        # PyTorch's fan_out counts every output channel even in depth-wise convs, which keeps
+        # the residual LPU/IRFFN branches small; a per-group fan_out makes 25+ residual convs
+        # blow activations up.
+        init.kaiming_normal_(module.weight, mode='fan_out')
+        if module.bias is not None:
+            init.zeros_(module.bias)
+    elif isinstance(module, CMTStage):
+        init.normal_(module.relative_pos)
 
-    Computes what the official ``cmt_pytorch`` model computes at any input size >= 32x32, so
-    the published weights load as they are; returns a pyramid of NCHW maps (strides 4, 8, 16,
-    32; stage ``i`` has ``ceil(H / s) x ceil(W / s)`` tokens) and keeps the ImageNet
-    classification stage (1x1 conv, BN, Swish, pool, dropout, ``head``) for :meth:`classify`.
+
+# ------------------------------------------------------------------------------------- model
+class CMTModel(nn.Module):
+    """CMT as timm's models are: ``forward`` gives the ImageNet logits, ``forward_features``
+    the last stage's map and ``forward_head`` the official classification stage (1x1 conv, BN,
+    Swish, average pool, dropout, Linear); ``forward_intermediates`` gives the stage maps
+    (strides 4, 8, 16, 32; stage ``i`` has ``ceil(H / s) x ceil(W / s)`` tokens), with
+    ``feature_info``, ``set_grad_checkpointing``, ``group_matcher``, ``reset_classifier`` and
+    ``prune_intermediate_layers``. What the timm entry points (``cmt_s``, ...), the Hugging
+    Face backbone and the OpenMMLab backbone :class:`CMT` run.
 
     Args:
         arch (str | dict): ``'ti'``, ``'xs'``, ``'s'``, ``'b'`` (see :attr:`arch_zoo`) or a
             dict with ``embed_dims``, ``num_heads``, ``depths`` and optionally
             ``stem_channels``, ``mlp_ratio``, ``sr_ratios``, ``pretrain_img_size``,
             ``head_drop_rate``, ``fc_channels``. Default ``'s'``.
-        in_channels (int): image channels. Default 3.
-        out_indices (Sequence[int]): stages whose maps ``forward`` returns, in this order.
-            Default ``(0, 1, 2, 3)``.
-        out_type (str): ``'featmap'`` (a tuple of NCHW maps) or ``'logits'`` (``(logits,)``
-            for MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``). With ``'featmap'``
-            the classification stage and any stage after ``max(out_indices)`` are kept (for
-            ``classify()`` and checkpoint loading) but frozen, so that every trainable
-            parameter gets a gradient, as DDP with ``find_unused_parameters=False`` needs.
-            Default ``'featmap'``.
-        out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
-            ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``).
-            Default None.
-        num_classes (int): classes of the Linear head used by :meth:`classify`; 0 drops it
-            (``classify`` then returns the pooled features). Default 1000.
+        in_chans (int): image channels. Default 3.
+        num_classes (int): classes of the Linear head; 0 drops it (the forward then returns
+            the pooled features). Default 1000.
+        global_pool (str): ``'avg'`` (official) or ``''`` (no pooling: ``forward_head`` returns
+            the classification stage's map; only without a head). Default ``'avg'``.
+        drop_rate (float, optional): dropout before the head; None: the arch's
+            ``head_drop_rate``. Default None.
         drop_path_rate (float): stochastic depth, rising linearly over all blocks (official
             recipes: 0.1 / 0.08 / 0.1 / 0.25 for Ti / XS / S / B). Default 0.1.
         pretrain_img_size (int | tuple[int, int], optional): resolution whose token grids the
             relative position biases are stored for; None: the arch's ImageNet resolution.
             Other input sizes resize the biases bicubically. Default None.
-        frozen_stages (int): -1 trains everything, ``k >= 0`` freezes the stem and the first
-            ``k`` stages (parameters, ``relative_pos``, BatchNorm statistics, output norms).
-            Default -1.
-        norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
-        with_cp (bool): recompute each block's activations in the backward pass instead of
-            storing them (training only). Default False.
         selective_cp (bool): keep for the backward only the outputs of each block's
             convolutions, linear layers and attention, and recompute the element-wise
-            operators between them (norms, activations, residual adds) and each stage's
-            resized relative-position bias in the backward pass instead of storing their
-            outputs: the same values and gradients for about half the activation memory,
-            faster at detection sizes and slower at 224x224 on a CPU (docs/benchmarks.md,
-            "Training memory"), so the detection and segmentation configs turn it on.
-            Training only; not under ``torch.compile``, whose partitioner chooses what to
-            keep. A second backward
-            through one graph (``retain_graph=True``) needs ``False``. Default False.
-        use_sdpa (bool): ``scaled_dot_product_attention`` with the bias as additive mask;
-            ``False`` runs the reference path. Default True.
-        bias_cache_size (int): resized biases kept per stage in eval mode (input sizes, LRU).
-            Default 2.
-        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
-            URL[, prefix='backbone.'][, allow_partial=True])`` loads an official CMT file or
-            one of ours (biases trained at another resolution are resized once); a checkpoint
-            of another arch is an error naming both, unless ``allow_partial``. Other MMEngine
-            init configs are applied as usual; ``None`` is the official initialisation.
+            operators between them (norms, activations, residual adds) and, on the fast path,
+            each stage's resized relative-position bias in the backward pass instead of
+            storing their outputs: the same values and gradients for about half the activation
+            memory, faster at detection sizes and slower at 224x224 on a CPU
+            (docs/benchmarks.md, "Training memory"), so the detection and segmentation configs
+            turn it on. Training only; not under ``torch.compile``, whose partitioner chooses
+            what to keep. A second backward through one graph (``retain_graph=True``) needs
+            ``False``. Default False.
+        bias_cache_size (int): resized biases kept per stage in eval mode on the fast path
+            (input sizes, LRU). Default 2.
+        fast_paths (bool, optional): the fast paths of :mod:`cvt_mm.models.fast`; ``False``
+            computes the formulas as written; None follows :func:`~.fast.use_fast_paths`.
             Default None.
 
-    Examples:
-        >>> import torch
-        >>> from cvt_mm.models import CMT
-        >>> model = CMT(arch='s', out_norm_cfg=dict(type='LN')).eval()
-        >>> [tuple(f.shape) for f in model(torch.randn(1, 3, 97, 131))]
-        [(1, 64, 25, 33), (1, 128, 13, 17), (1, 256, 7, 9), (1, 512, 4, 5)]
-        >>> model.classify(torch.randn(1, 3, 224, 224)).shape
+    Example::
+
+        >>> model = CMTModel('s').eval()
+        >>> model(torch.randn(1, 3, 224, 224)).shape
         torch.Size([1, 1000])
+        >>> [tuple(f.shape) for f in model.forward_intermediates(
+        ...     torch.randn(1, 3, 97, 131), intermediates_only=True)]
+        [(1, 64, 25, 33), (1, 128, 13, 17), (1, 256, 7, 9), (1, 512, 4, 5)]
     """
     family = 'cmt'
     num_stages = NUM_STAGES
@@ -320,18 +382,17 @@ class CMT(ConvViTBackbone):
     arch_zoo = ARCH_SETTINGS
     min_input_size = MIN_INPUT_SIZE
 
-    def __init__(self, arch: Union[str, dict] = 's', in_channels: int = 3,
-                 out_indices: Sequence[int] = (0, 1, 2, 3), out_type: str = 'featmap',
-                 out_norm_cfg: Optional[dict] = None, num_classes: int = 1000,
+    def __init__(self, arch: Union[str, dict] = 's', in_chans: int = 3, num_classes: int = 1000,
+                 global_pool: str = 'avg', drop_rate: Optional[float] = None,
                  drop_path_rate: float = 0.1,
                  pretrain_img_size: Optional[Union[int, Tuple[int, int]]] = None,
-                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
-                 selective_cp: bool = False, use_sdpa: bool = True, bias_cache_size: int = 2,
-                 init_cfg: Optional[Union[dict, List[dict]]] = None):
-        super().__init__(in_channels=in_channels, out_indices=out_indices, out_type=out_type,
-                         out_norm_cfg=out_norm_cfg, num_classes=num_classes,
-                         frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
-                         init_cfg=init_cfg)
+                 selective_cp: bool = False, bias_cache_size: int = 2,
+                 fast_paths: Optional[bool] = None):
+        super().__init__()
+        name = type(self).__name__
+        check_int(name, 'in_channels', in_chans, 1)
+        check_int(name, 'num_classes', num_classes, 0, ' (0: no head)')
+        self._check_pool(global_pool, num_classes)
         cfg = resolve_arch(arch, ARCH_SETTINGS, NUM_STAGES, dict(ARCH_DEFAULTS, stem_channels=None),
                            per_stage=('embed_dims', 'num_heads', 'depths', 'sr_ratios'))
         if cfg['stem_channels'] is None:
@@ -353,44 +414,44 @@ class CMT(ConvViTBackbone):
         self.embed_dims = list(cfg['embed_dims'])
         self.depths = list(cfg['depths'])
         self.pretrain_img_size = tuple(pretrain_img_size)
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.fast_paths = fast.use_fast_paths() if fast_paths is None else bool(fast_paths)
+        self.grad_checkpointing = False
 
         stem = cfg['stem_channels']
         self.stem = nn.Sequential(*(
             ConvBN(c_in, stem, 3, stride=stride, padding=1, act=nn.GELU(), act_first=True)
-            for c_in, stride in ((in_channels, 2), (stem, 1), (stem, 1))))
+            for c_in, stride in ((in_chans, 2), (stem, 1), (stem, 1))))
 
         grids = stage_grids(self.pretrain_img_size, cfg['sr_ratios'])
         drop_paths = stochastic_depth_rates(drop_path_rate, self.depths)
         self.stages = nn.ModuleList()
+        self.feature_info = []
         channels = stem
         for i in range(NUM_STAGES):
             self.stages.append(CMTStage(
                 channels, self.embed_dims[i], self.depths[i], cfg['num_heads'][i],
                 cfg['mlp_ratio'], cfg['sr_ratios'][i], drop_paths[i], *grids[i],
-                use_sdpa=use_sdpa, with_cp=with_cp, selective_cp=selective_cp,
+                fast_paths=self.fast_paths, selective_cp=selective_cp,
                 bias_cache_size=bias_cache_size))
             channels = self.embed_dims[i]
+            self.feature_info.append(dict(num_chs=channels, reduction=2 ** (i + 2),
+                                          module=f'stages.{i}'))
 
         # Official classification stage: 1x1 conv -> BN -> Swish -> pool -> dropout -> Linear.
+        self.num_features = self.embed_dims[-1]
+        self.head_hidden_size = cfg['fc_channels']
         self.cls_proj = ConvBN(self.embed_dims[-1], cfg['fc_channels'], 1, act=nn.SiLU())
-        self.head_drop = nn.Dropout(cfg['head_drop_rate'])
-        self.head = nn.Linear(cfg['fc_channels'], num_classes) if num_classes > 0 \
+        self.head_drop = nn.Dropout(cfg['head_drop_rate'] if drop_rate is None else drop_rate)
+        self.head = nn.Linear(self.head_hidden_size, num_classes) if num_classes \
             else nn.Identity()
-        self._build_out_norms()
-        self._freeze()
+        self.reset_parameters()
 
-    def _official_init(self) -> None:
-        vit_init_(self)
-        for m in self.modules():
-            if isinstance(m, nn.Conv2d):
-                # The official init: PyTorch's fan_out counts every output channel even in
-                # depth-wise convs, which keeps the residual LPU/IRFFN branches small; a
-                # per-group fan_out makes 25+ residual convs blow activations up.
-                nn.init.kaiming_normal_(m.weight, mode='fan_out')
-                if m.bias is not None:
-                    nn.init.zeros_(m.bias)
-        for stage in self.stages:
-            nn.init.normal_(stage.relative_pos)
+    def reset_parameters(self) -> None:
+        """The official initialisation (:func:`init_weights_official`)."""
+        self.apply(init_weights_official)
 
     def adapt_pretrained_state_dict(self, sd: dict) -> dict:
         """Resize checkpoint biases trained at another resolution (once) to the stored grids.
@@ -407,41 +468,285 @@ class CMT(ConvViTBackbone):
             src_q, src_k = square_grids_from_shape(src.shape)
             sd[key] = resize_relative_pos(src.float(), src_q, src_k, stage.query_grid,
                                           stage.key_grid).to(src.dtype)
-            print_log(f'{key}: resized from query grid {src_q} x key grid {src_k} to '
-                      f'{stage.query_grid} x {stage.key_grid} (bicubic)', logger='current')
+            log(f'{key}: resized from query grid {src_q} x key grid {src_k} to '
+                f'{stage.query_grid} x {stage.key_grid} (bicubic)')
         return sd
 
+    # ----------------------------------------------------------------- timm's model interface
+    def stem_modules(self) -> List[nn.Module]:
+        return [self.stem]
 
-    def _check_train_batch(self, x: torch.Tensor, last_stage: int) -> None:
-        # The smallest BatchNorm input of the stages that run: a stage's key/value map (sr
-        # conv) or, without reduction, its token map (IRFFN).
-        grids = stage_grids(tuple(x.shape[-2:]), self.arch_settings['sr_ratios'])
-        # A list, not a generator: torch.compile traces min() of a list only.
-        _, i, grid = min([(g[1][0] * g[1][1], i, g[1])
-                          for i, g in enumerate(grids[:last_stage + 1])])
-        check_batchnorm_statistics(self, x.shape[0], grid, f"stage {i}'s smallest map",
-                                   MIN_TRAIN_SIDE_BATCH_1)
-
-    def _run_stages(self, x: torch.Tensor, last: int) -> list:
-        """[(NLC tokens, (h, w)), ...] of stages 0..last."""
-        x = self.stem(x)
-        outs = []
-        for stage in self.stages[:last + 1]:
-            tokens, hw = stage(x)
-            outs.append((tokens, hw))
-            x = nlc_to_nchw(tokens, hw)
-        return outs
-
-    def _stage_maps(self, x: torch.Tensor, last_stage: int) -> List[torch.Tensor]:
-        return [nlc_to_nchw(tokens, hw) for tokens, hw in self._run_stages(x, last_stage)]
-
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
-        tokens, hw = self._run_stages(x, NUM_STAGES - 1)[-1]
-        x = self.cls_proj(nlc_to_nchw(tokens, hw))
-        return self.head(self.head_drop(x.mean(dim=(2, 3))))
-
-    def _classification_modules(self) -> List[nn.Module]:
+    def classification_modules(self) -> List[nn.Module]:
         return [self.cls_proj, self.head]
 
-    def _stem_modules(self) -> List[nn.Module]:
-        return [self.stem]
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set:
+        # The official run decays everything 2-D and up, relative_pos included
+        # (configs/imagenet_cmt_s_300e_in1k.py).
+        return set()
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """Parameter groups in order of depth, for timm's layer-wise LR decay."""
+        return dict(stem=r'^stem', blocks=r'^stages\.(\d+)' if coarse else [
+            (r'^stages\.(\d+)\.blocks\.(\d+)', None),
+            (r'^stages\.(\d+)\.(?:patch_embed|relative_pos)', (0, )),
+            (r'^cls_proj', (99999, )),
+        ])
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass (training only)."""
+        self.grad_checkpointing = enable
+        for stage in self.stages:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def _check_pool(self, global_pool: str, num_classes: int) -> None:
+        check_choice('global_pool', global_pool, ('avg', ''))
+        if global_pool == '' and num_classes:
+            raise ValueError("global_pool='' (no pooling) leaves no vector for a head: use "
+                             'num_classes=0 with it')
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        """A new head for ``num_classes`` (0: none); ``global_pool`` ``'avg'`` or ``''``."""
+        check_int(type(self).__name__, 'num_classes', num_classes, 0, ' (0: no head)')
+        self._check_pool(self.global_pool if global_pool is None else global_pool, num_classes)
+        if global_pool is not None:
+            self.global_pool = global_pool
+        self.num_classes = num_classes
+        self.head = nn.Linear(self.head_hidden_size, num_classes) if num_classes \
+            else nn.Identity()
+
+    def _check_input(self, x: torch.Tensor, last_stage: int) -> None:
+        check_image(self, x, self.in_chans, MIN_INPUT_SIZE)
+        if self.training:
+            # The smallest BatchNorm input of the stages that run: a stage's key/value map
+            # (sr conv) or, without reduction, its token map (IRFFN).
+            grids = stage_grids(tuple(x.shape[-2:]), self.arch_settings['sr_ratios'])
+            # A list, not a generator: torch.compile traces min() of a list only.
+            _, i, grid = min([(g[1][0] * g[1][1], i, g[1])
+                              for i, g in enumerate(grids[:last_stage + 1])])
+            check_batchnorm_statistics(self, x.shape[0], grid, f"stage {i}'s smallest map",
+                                       MIN_TRAIN_SIDE_BATCH_1)
+
+    def forward_intermediates(
+            self, x: torch.Tensor, indices: Optional[Union[int, Sequence[int]]] = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = 'NCHW',
+            intermediates_only: bool = False):
+        """The maps of the stages ``indices`` names (timm's convention: None all, an int the
+        last n, a sequence those; in stage order), NCHW. ``norm`` is accepted for timm's
+        interface; CMT has no final norm. ``stop_early`` runs no stage after the last one
+        asked for. Returns the maps, or ``(forward_features(x), maps)`` unless
+        ``intermediates_only``."""
+        check_choice('output_fmt', output_fmt, ('NCHW', ))
+        take, last = take_indices(len(self.stages), indices)
+        stages = self.stages[:last + 1] if stop_early or intermediates_only else self.stages
+        self._check_input(x, len(stages) - 1)
+        x = self.stem(x)
+        intermediates = []
+        for i, stage in enumerate(stages):
+            x = nlc_to_nchw(*stage(x))
+            if i in take:
+                intermediates.append(x)
+        if intermediates_only:
+            return intermediates
+        return x, intermediates
+
+    def prune_intermediate_layers(self, indices: Union[int, Sequence[int]] = 1,
+                                  prune_norm: bool = False, prune_head: bool = True) -> List[int]:
+        """Drop what ``forward_intermediates(indices)`` does not need (the stages after the
+        last index, the classification stage); returns the indices, absolute."""
+        take, last = take_indices(len(self.stages), indices)
+        pruned_end = last < len(self.stages) - 1
+        self.stages = self.stages[:last + 1]
+        if prune_head or pruned_end:
+            self.num_features = self.head_hidden_size = self.feature_info[last]['num_chs']
+            self.cls_proj = nn.Identity()
+            self.reset_classifier(0, '')
+        return take
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The last stage's map, ``(B, C, ceil(H / 32), ceil(W / 32))``."""
+        self._check_input(x, len(self.stages) - 1)
+        x = self.stem(x)
+        for stage in self.stages:
+            x = nlc_to_nchw(*stage(x))
+        return x
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        x = self.cls_proj(x)
+        if self.global_pool == 'avg':
+            x = x.mean(dim=(2, 3))
+        x = self.head_drop(x)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    checkpoint_filter = staticmethod(timm_checkpoint_filter)
+
+
+# ---------------------------------------------------------------------- OpenMMLab backbone
+class CMT(PyramidBackbone, CMTModel):
+    """CMT backbone for MMDetection, MMSegmentation and MMPretrain: :class:`CMTModel` with
+    OpenMMLab's backbone conventions (:class:`~.backbone.PyramidBackbone`). ``forward`` returns
+    a tuple of NCHW maps (strides 4, 8, 16, 32; stage ``i`` has ``ceil(H / s) x ceil(W / s)``
+    tokens); the ImageNet classification stage stays, for :meth:`classify` and
+    ``out_type='logits'``.
+
+    Args:
+        arch (str | dict): as :class:`CMTModel`. Default ``'s'``.
+        in_channels (int): image channels. Default 3.
+        out_indices (Sequence[int]): stages whose maps ``forward`` returns, in this order.
+            Default ``(0, 1, 2, 3)``.
+        out_type (str): ``'featmap'`` (a tuple of NCHW maps) or ``'logits'`` (``(logits,)``
+            for MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``). With ``'featmap'``
+            the classification stage and any stage after ``max(out_indices)`` are kept (for
+            ``classify()`` and checkpoint loading) but frozen, so that every trainable
+            parameter gets a gradient, as DDP with ``find_unused_parameters=False`` needs.
+            Default ``'featmap'``.
+        out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
+            ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``).
+            Default None.
+        num_classes (int): as :class:`CMTModel`. Default 1000.
+        drop_path_rate (float): as :class:`CMTModel`. Default 0.1.
+        pretrain_img_size (int | tuple[int, int], optional): as :class:`CMTModel`.
+        frozen_stages (int): -1 trains everything, ``k >= 0`` freezes the stem and the first
+            ``k`` stages (parameters, ``relative_pos``, BatchNorm statistics, output norms).
+            Default -1.
+        norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
+        with_cp (bool): recompute each block's activations in the backward pass instead of
+            storing them (training only). Default False.
+        selective_cp (bool): as :class:`CMTModel`. Default False.
+        fast_paths (bool, optional): as :class:`CMTModel`. Default None.
+        bias_cache_size (int): as :class:`CMTModel`. Default 2.
+        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
+            URL[, prefix='backbone.'][, allow_partial=True])`` loads an official CMT file or
+            one of ours (biases trained at another resolution are resized once); a checkpoint
+            of another arch is an error naming both, unless ``allow_partial``. Other MMEngine
+            init configs are applied as usual; ``None`` is the official initialisation.
+            Default None.
+
+    Examples:
+        >>> import torch
+        >>> from cvt_mm.models import CMT
+        >>> model = CMT(arch='s', out_norm_cfg=dict(type='LN')).eval()
+        >>> [tuple(f.shape) for f in model(torch.randn(1, 3, 97, 131))]
+        [(1, 64, 25, 33), (1, 128, 13, 17), (1, 256, 7, 9), (1, 512, 4, 5)]
+        >>> model.classify(torch.randn(1, 3, 224, 224)).shape
+        torch.Size([1, 1000])
+    """
+
+    def __init__(self, arch: Union[str, dict] = 's', in_channels: int = 3,
+                 out_indices: Sequence[int] = (0, 1, 2, 3), out_type: str = 'featmap',
+                 out_norm_cfg: Optional[dict] = None, num_classes: int = 1000,
+                 drop_path_rate: float = 0.1,
+                 pretrain_img_size: Optional[Union[int, Tuple[int, int]]] = None,
+                 frozen_stages: int = -1, norm_eval: bool = False, with_cp: bool = False,
+                 selective_cp: bool = False, fast_paths: Optional[bool] = None,
+                 bias_cache_size: int = 2, init_cfg: Optional[Union[dict, List[dict]]] = None):
+        CMTModel.__init__(self, arch, in_chans=in_channels, num_classes=num_classes,
+                          drop_path_rate=drop_path_rate, pretrain_img_size=pretrain_img_size,
+                          selective_cp=selective_cp, bias_cache_size=bias_cache_size,
+                          fast_paths=fast_paths)
+        self._init_backbone(in_channels, out_indices, out_type, out_norm_cfg, frozen_stages,
+                            norm_eval, with_cp, init_cfg)
+
+
+# --------------------------------------------------------------------- checkpoint layouts
+# Official (stage letters a-d)          -> ours (stage index 0-3)
+#   stem_conv{n} / stem_norm{n}          -> stem.{n-1}.conv / stem.{n-1}.bn
+#   patch_embed_{l}.proj / .norm         -> stages.{i}.patch_embed.proj / .norm
+#   relative_pos_{l}                     -> stages.{i}.relative_pos
+#   blocks_{l}.{j}.proj (LPU)            -> stages.{i}.blocks.{j}.lpu
+#   blocks_{l}.{j}.attn.sr.0 / .sr.1     -> stages.{i}.blocks.{j}.attn.sr.conv / .sr.bn
+#   blocks_{l}.{j}.mlp.conv1.0 / .2      -> stages.{i}.blocks.{j}.ffn.conv1.conv / .bn
+#   blocks_{l}.{j}.mlp.proj / .proj_bn   -> stages.{i}.blocks.{j}.ffn.dwconv / .dwconv_bn
+#   blocks_{l}.{j}.mlp.conv2.0 / .1      -> stages.{i}.blocks.{j}.ffn.conv2.conv / .bn
+#   blocks_{l}.{j}.{norm1,norm2,attn.*}  -> stages.{i}.blocks.{j}.{same}
+#   _fc / _bn / head                     -> cls_proj.conv / cls_proj.bn / head
+# The OpenMMLab backbone's own: out_norms.{i} (optional norms for dense heads).
+_STAGE_LETTERS = 'abcd'
+_BLOCK = r'^blocks_([a-d])\.(\d+)\.'
+
+
+def _stage(sub: str):
+    """``re.sub`` replacement: stage letter (group 1) -> ``stages.{i}.`` + ``sub`` formatted
+    with the match groups (``{1}`` = block index)."""
+    return lambda m: f'stages.{_STAGE_LETTERS.index(m.group(1))}.' + sub.format(*m.groups())
+
+
+OFFICIAL_RULES = [(_BLOCK + old, _stage('blocks.{1}.' + new)) for old, new in (
+    (r'proj\.', 'lpu.'),
+    (r'attn\.sr\.0\.', 'attn.sr.conv.'),
+    (r'attn\.sr\.1\.', 'attn.sr.bn.'),
+    (r'mlp\.conv1\.0\.', 'ffn.conv1.conv.'),
+    (r'mlp\.conv1\.2\.', 'ffn.conv1.bn.'),
+    (r'mlp\.proj\.', 'ffn.dwconv.'),
+    (r'mlp\.proj_bn\.', 'ffn.dwconv_bn.'),
+    (r'mlp\.conv2\.0\.', 'ffn.conv2.conv.'),
+    (r'mlp\.conv2\.1\.', 'ffn.conv2.bn.'),
+    ('', ''),  # norm1, norm2, attn.{q,k,v,proj}: same names
+)] + [
+    (r'^stem_conv(\d)\.', lambda m: f'stem.{int(m.group(1)) - 1}.conv.'),
+    (r'^stem_norm(\d)\.', lambda m: f'stem.{int(m.group(1)) - 1}.bn.'),
+    (r'^patch_embed_([a-d])\.', _stage('patch_embed.')),
+    (r'^relative_pos_([a-d])$', _stage('relative_pos')),
+    (r'^_fc\.', 'cls_proj.conv.'),
+    (r'^_bn\.', 'cls_proj.bn.'),
+]
+
+register_format(WeightFormat(
+    'cmt-official', 'cmt', has_key_matching(r'relative_pos_a$'),
+    lambda sd: regex_rename(sd, OFFICIAL_RULES),
+    'huawei-noah/Efficient-AI-Backbones cmt_pytorch (a plain state dict or {"model": ...})'))
+register_format(WeightFormat(
+    'cmt-ours', 'cmt', has_key_matching(r'stages\.0\.relative_pos$'), dict,
+    "this project's layout (CMTModel().state_dict(), CMT().state_dict())"))
+
+# timm's name for a model's pretrained-weights filter.
+checkpoint_filter_fn = timm_checkpoint_filter
+
+
+# -------------------------------------------------------------------------- timm entry points
+def _cfg(checkpoint: str) -> dict:
+    # The official evaluation (cmt_pytorch datasets.py): the short side to 256 / 224 x size,
+    # a centre crop of size, bicubic.
+    return timm_pretrained_cfg(checkpoint, first_conv='stem.0.conv', crop_pct=224 / 256)
+
+
+PRETRAINED_CFGS = {
+    'cmt_ti.in1k': _cfg('cmt-tiny'),
+    'cmt_xs.in1k': _cfg('cmt-xs'),
+    'cmt_s.in1k': _cfg('cmt-small'),
+    'cmt_b.in1k': _cfg('cmt-base'),
+}
+
+
+def cmt_ti(pretrained: bool = False, **kwargs) -> CMTModel:
+    """CMT-Ti (9.5 M parameters), ImageNet-1k at 160 (79.0 top-1)."""
+    return build_timm_model(CMTModel, 'cmt_ti', pretrained, 'ti', NUM_STAGES, **kwargs)
+
+
+def cmt_xs(pretrained: bool = False, **kwargs) -> CMTModel:
+    """CMT-XS (15.2 M parameters), ImageNet-1k at 192 (81.8 top-1)."""
+    return build_timm_model(CMTModel, 'cmt_xs', pretrained, 'xs', NUM_STAGES, **kwargs)
+
+
+def cmt_s(pretrained: bool = False, **kwargs) -> CMTModel:
+    """CMT-S (26.3 M parameters), ImageNet-1k at 224 (83.5 top-1)."""
+    return build_timm_model(CMTModel, 'cmt_s', pretrained, 's', NUM_STAGES, **kwargs)
+
+
+def cmt_b(pretrained: bool = False, **kwargs) -> CMTModel:
+    """CMT-B (45.7 M parameters), ImageNet-1k at 256 (84.5 top-1)."""
+    return build_timm_model(CMTModel, 'cmt_b', pretrained, 'b', NUM_STAGES, **kwargs)
+
+
+# ---------------------------------------------------------------------------- registrations
+register_mmengine(CMT)
+register_timm(__name__, [cmt_ti, cmt_xs, cmt_s, cmt_b], PRETRAINED_CFGS)

@@ -1,7 +1,7 @@
-"""CvT: Introducing Convolutions to Vision Transformers (Wu et al., 2021).
+"""CvT: Introducing Convolutions to Vision Transformers (Wu et al., ICCV 2021).
 
 The architecture computes what the official ``microsoft/CvT`` model computes, so the published
-ImageNet weights load as they are (see ``cvt_mm/models/cvt_converter.py`` for the layouts):
+ImageNet weights load as they are:
 
 * three stages, each a convolutional token embedding (Conv2d + LayerNorm) and pre-norm blocks;
   no position embedding;
@@ -11,28 +11,55 @@ ImageNet weights load as they are (see ``cvt_mm/models/cvt_converter.py`` for th
 * a cls token only in the last stage, which bypasses the convolutional projections; the final
   LayerNorm + Linear on it give the ImageNet logits.
 
-Our keys are the official ones with ``stage{i}.`` renamed to ``stages.{i}.``.
+In this file: the blocks, the model (:class:`CvTModel`, timm's API: ``forward`` gives logits,
+``forward_intermediates`` the pyramid), the OpenMMLab backbone (:class:`CvT`, registered as
+``type='CvT'``), the arch table, the checkpoint layouts, and the timm entry points with their
+pretrained metadata. Our keys are the official ones with ``stage{i}.`` renamed ``stages.{i}.``.
 """
 from __future__ import annotations
 
+import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
 from torch import nn
 
-from ..registry import MODELS
-from .attention import attention, merge_heads, split_heads
-from .base import ConvViTBackbone, check_batchnorm_statistics, resolve_arch, vit_init_
+from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
+from . import fast
+from ._helpers import (
+    check_batchnorm_statistics,
+    check_choice,
+    check_image,
+    check_int,
+    resolve_arch,
+    take_indices,
+    vit_init_,
+)
+from ._registry import (
+    build_timm_model,
+    register_mmengine,
+    register_timm,
+    timm_checkpoint_filter,
+    timm_pretrained_cfg,
+)
+from .backbone import PyramidBackbone
+from .fast.attention import sdpa_attention
+from .fast.quick_gelu import FusedQuickGELU
+from .fast.recomputation import run_blocks
 from .layers import (
     FP32LayerNorm,
+    QuickGELU,
     ResidualDropPath,
+    merge_heads,
     nchw_to_nlc,
     nlc_to_nchw,
+    split_heads,
     split_tokens,
     stochastic_depth_rates,
 )
-from .quick_gelu import FusedQuickGELU
-from .recomputation import run_blocks
+
+__all__ = ['CvTModel', 'CvT', 'ARCH_SETTINGS', 'checkpoint_filter_fn', 'cvt_13', 'cvt_21',
+           'cvt_w24']
 
 ARCH_SETTINGS = {
     '13': dict(embed_dims=[64, 192, 384], num_heads=[1, 3, 6], depths=[1, 2, 10]),
@@ -61,6 +88,7 @@ def stage_sizes(hw: Sequence[int]) -> List[Tuple[int, int]]:
     return sizes
 
 
+# ------------------------------------------------------------------------------------ blocks
 class ConvTokenEmbed(nn.Module):
     """Overlapping strided Conv2d, then LayerNorm over channels."""
 
@@ -95,13 +123,13 @@ class ConvAttention(nn.Module):
     concatenated in front of q, k and v after them.
     """
 
-    def __init__(self, dims: int, num_heads: int, stride_kv: int = 2, use_sdpa: bool = True):
+    def __init__(self, dims: int, num_heads: int, stride_kv: int = 2, fast_paths: bool = True):
         super().__init__()
         self.num_heads = num_heads
         # The official model scales by the full width, not the per-head width; the published
         # weights depend on it.
         self.scale = dims ** -0.5
-        self.use_sdpa = use_sdpa
+        self.fast_paths = fast_paths
         self.conv_proj_q = ConvProjection(dims, stride=1)
         self.conv_proj_k = ConvProjection(dims, stride=stride_kv)
         self.conv_proj_v = ConvProjection(dims, stride=stride_kv)
@@ -122,18 +150,20 @@ class ConvAttention(nn.Module):
         q = split_heads(self.proj_q(q), self.num_heads)
         k = split_heads(self.proj_k(k), self.num_heads)
         v = split_heads(self.proj_v(v), self.num_heads)
-        out = attention(q, k, v, self.scale, use_sdpa=self.use_sdpa)
-        return self.proj(merge_heads(out))
+        if self.fast_paths:
+            x = sdpa_attention(q, k, v, self.scale)
+        else:
+            x = (torch.matmul(q, k.transpose(-2, -1)) * self.scale).softmax(dim=-1) @ v
+        return self.proj(merge_heads(x))
 
 
 class Mlp(nn.Module):
-    """``fc2(QuickGELU(fc1(x)))``, the activation of the official weights (in fused passes:
-    :class:`~.quick_gelu.FusedQuickGELU`)."""
+    """``fc2(QuickGELU(fc1(x)))``, the activation of the official weights."""
 
-    def __init__(self, dims: int, hidden_dims: int):
+    def __init__(self, dims: int, hidden_dims: int, fast_paths: bool = True):
         super().__init__()
         self.fc1 = nn.Linear(dims, hidden_dims)
-        self.act = FusedQuickGELU()
+        self.act = FusedQuickGELU() if fast_paths else QuickGELU()
         self.fc2 = nn.Linear(hidden_dims, dims)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -143,13 +173,13 @@ class Mlp(nn.Module):
 class CvTBlock(nn.Module):
     """Pre-norm transformer block with convolutional attention."""
 
-    def __init__(self, dims: int, num_heads: int, drop_path: float, use_sdpa: bool):
+    def __init__(self, dims: int, num_heads: int, drop_path: float, fast_paths: bool):
         super().__init__()
         self.norm1 = FP32LayerNorm(dims, eps=1e-5)
-        self.attn = ConvAttention(dims, num_heads, use_sdpa=use_sdpa)
+        self.attn = ConvAttention(dims, num_heads, fast_paths=fast_paths)
         self.drop_path = ResidualDropPath(drop_path)
         self.norm2 = FP32LayerNorm(dims, eps=1e-5)
-        self.mlp = Mlp(dims, dims * MLP_RATIO)
+        self.mlp = Mlp(dims, dims * MLP_RATIO, fast_paths)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
         x = self.drop_path(x, self.attn(self.norm1(x), hw, num_cls_tokens))
@@ -157,28 +187,26 @@ class CvTBlock(nn.Module):
 
 
 class CvTStage(nn.Module):
-    """Token embedding, optional cls token and blocks; NCHW in, (NCHW map, cls token) out."""
+    """Token embedding, optional cls token and blocks: an NCHW map in; the tokens (the cls
+    token first) and the map's (h, w) out."""
 
     def __init__(self, index: int, in_channels: int, dims: int, num_heads: int, depth: int,
-                 drop_path_rates: Sequence[float], with_cls_token: bool, use_sdpa: bool,
-                 with_cp: bool):
+                 drop_path_rates: Sequence[float], with_cls_token: bool, fast_paths: bool):
         super().__init__()
         self.patch_embed = ConvTokenEmbed(in_channels, dims, PATCH_KERNELS[index],
                                           PATCH_STRIDES[index], PATCH_PADDINGS[index])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dims)) if with_cls_token else None
+        self.num_cls_tokens = int(with_cls_token)
         self.blocks = nn.ModuleList(
-            CvTBlock(dims, num_heads, drop_path_rates[j], use_sdpa) for j in range(depth))
-        self.with_cp = with_cp
+            CvTBlock(dims, num_heads, drop_path_rates[j], fast_paths) for j in range(depth))
+        self.grad_checkpointing = False
 
-    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Optional[torch.Tensor]]:
+    def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         x, hw = self.patch_embed(x)
-        num_cls = 0
         if self.cls_token is not None:
-            num_cls = 1
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
-        x = run_blocks(self.blocks, x, hw, num_cls, with_cp=self.with_cp)
-        cls_token, x = split_tokens(x, num_cls)
-        return nlc_to_nchw(x, hw), cls_token if num_cls else None
+        x = run_blocks(self.blocks, x, hw, self.num_cls_tokens, with_cp=self.grad_checkpointing)
+        return x, hw
 
 
 def stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[float]]:
@@ -196,17 +224,223 @@ def stage_drop_path_rates(drop_path_rate, depths: Sequence[int]) -> List[List[fl
     return [stochastic_depth_rates(r, [d])[0] for r, d in zip(per_stage, depths)]
 
 
-@MODELS.register_module()
-class CvT(ConvViTBackbone):
-    """CvT backbone for MMDetection, MMSegmentation and MMPretrain (Wu et al., ICCV 2021).
+def init_weights_official(module: nn.Module, init=nn.init) -> None:
+    """microsoft/CvT's initialisation of ``module`` itself: ViT's truncated normal for Linear
+    layers and the cls token, unit norms; convolutions PyTorch's default. ``init`` as in
+    :func:`~._helpers.vit_init_`."""
+    vit_init_(module, init=init)
+    if isinstance(module, nn.Conv2d):  # nn.Conv2d.reset_parameters, through ``init``
+        init.kaiming_uniform_(module.weight, a=math.sqrt(5))
+        if module.bias is not None:
+            bound = 1 / math.sqrt(module.weight[0].numel())
+            init.uniform_(module.bias, -bound, bound)
+    elif isinstance(module, CvTStage) and module.cls_token is not None:
+        init.trunc_normal_(module.cls_token, std=0.02)
 
-    Computes what the official ``microsoft/CvT`` model computes, so the published weights load
-    as they are; returns a pyramid of NCHW maps (strides 4, 8, 16) and keeps the ImageNet
-    classification stage (final LayerNorm on the cls token, ``head``) for :meth:`classify`.
+
+# ------------------------------------------------------------------------------------- model
+class CvTModel(nn.Module):
+    """CvT as timm's models are: ``forward`` gives the ImageNet logits, ``forward_features`` /
+    ``forward_head`` split it, ``forward_intermediates`` gives the stage maps (strides 4, 8, 16)
+    at any input size >= 32x32, with ``feature_info``, ``set_grad_checkpointing``,
+    ``group_matcher``, ``reset_classifier`` and ``prune_intermediate_layers``. What the timm
+    entry points (``cvt_13``, ...), the Hugging Face backbone and the OpenMMLab backbone
+    :class:`CvT` run.
 
     Args:
         arch (str | dict): ``'13'``, ``'21'``, ``'w24'`` (see :attr:`arch_zoo`), or
             ``dict(embed_dims, num_heads, depths)`` with three entries each. Default ``'13'``.
+        in_chans (int): image channels. Default 3.
+        num_classes (int): classes of the Linear head on the cls token; 0 for none (the
+            forward then returns the normalised cls token). Default 1000.
+        global_pool (str): ``'token'`` (the cls token, official) or ``''`` (``forward_head``
+            returns every normalised token). Default ``'token'``.
+        drop_rate (float): dropout before the head (0 in the official recipe). Default 0.
+        drop_path_rate (float | Sequence[float]): stochastic depth of the last stage (the
+            official recipe: 0 / 0 / 0.1, rising linearly within the stage), or three
+            per-stage rates. Default 0.1.
+        fast_paths (bool, optional): the fused kernels of :mod:`cvt_mm.models.fast`; ``False``
+            computes the formulas as written; None follows :func:`~.fast.use_fast_paths`.
+            Default None.
+
+    Example::
+
+        >>> model = CvTModel('13').eval()
+        >>> model(torch.randn(1, 3, 224, 224)).shape
+        torch.Size([1, 1000])
+        >>> [tuple(f.shape) for f in model.forward_intermediates(
+        ...     torch.randn(1, 3, 224, 320), intermediates_only=True)]
+        [(1, 64, 56, 80), (1, 192, 28, 40), (1, 384, 14, 20)]
+    """
+    family = 'cvt'
+    num_stages = NUM_STAGES
+    # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
+    arch_zoo = ARCH_SETTINGS
+    min_input_size = MIN_INPUT_SIZE
+
+    def __init__(self, arch: Union[str, dict] = '13', in_chans: int = 3, num_classes: int = 1000,
+                 global_pool: str = 'token', drop_rate: float = 0.0,
+                 drop_path_rate: Union[float, Sequence[float]] = 0.1,
+                 fast_paths: Optional[bool] = None):
+        super().__init__()
+        name = type(self).__name__
+        check_int(name, 'in_channels', in_chans, 1)
+        check_int(name, 'num_classes', num_classes, 0, ' (0: no head)')
+        check_choice('global_pool', global_pool, ('token', ''))
+        spec = resolve_arch(arch, ARCH_SETTINGS, NUM_STAGES)
+        self.embed_dims = spec['embed_dims']
+        self.num_heads = spec['num_heads']
+        self.depths = spec['depths']
+        self.in_chans = in_chans
+        self.num_classes = num_classes
+        self.global_pool = global_pool
+        self.fast_paths = fast.use_fast_paths() if fast_paths is None else bool(fast_paths)
+        self.grad_checkpointing = False
+        rates = stage_drop_path_rates(drop_path_rate, self.depths)
+
+        self.stages = nn.ModuleList()
+        self.feature_info = []
+        channels, reduction = in_chans, 1
+        for i in range(NUM_STAGES):
+            self.stages.append(
+                CvTStage(i, channels, self.embed_dims[i], self.num_heads[i], self.depths[i],
+                         rates[i], with_cls_token=i == NUM_STAGES - 1,
+                         fast_paths=self.fast_paths))
+            channels, reduction = self.embed_dims[i], reduction * PATCH_STRIDES[i]
+            self.feature_info.append(dict(num_chs=channels, reduction=reduction,
+                                          module=f'stages.{i}'))
+
+        # The classification stage: final norm on the cls token and the ImageNet head.
+        self.num_features = self.head_hidden_size = self.embed_dims[-1]
+        self.norm = FP32LayerNorm(self.embed_dims[-1], eps=1e-5)
+        self.head_drop = nn.Dropout(drop_rate)
+        self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The official initialisation (:func:`init_weights_official`)."""
+        self.apply(init_weights_official)
+
+    # ----------------------------------------------------------------- timm's model interface
+    def stem_modules(self) -> List[nn.Module]:
+        """What a frozen stem is: the first token embedding."""
+        return [self.stages[0].patch_embed]
+
+    def classification_modules(self) -> List[nn.Module]:
+        return [self.norm, self.head]
+
+    @torch.jit.ignore
+    def no_weight_decay(self) -> set:
+        return {f'stages.{i}.cls_token' for i, s in enumerate(self.stages)
+                if s.cls_token is not None}
+
+    @torch.jit.ignore
+    def group_matcher(self, coarse: bool = False) -> dict:
+        """Parameter groups in order of depth, for timm's layer-wise LR decay."""
+        return dict(stem=r'^stages\.0\.patch_embed', blocks=r'^stages\.(\d+)' if coarse else [
+            (r'^stages\.(\d+)\.blocks\.(\d+)', None),
+            (r'^stages\.(\d+)\.(?:patch_embed|cls_token)', (0, )),
+            (r'^norm', (99999, )),
+        ])
+
+    @torch.jit.ignore
+    def set_grad_checkpointing(self, enable: bool = True) -> None:
+        """Recompute each block's activations in the backward pass (training only)."""
+        self.grad_checkpointing = enable
+        for stage in self.stages:
+            stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def get_classifier(self) -> nn.Module:
+        return self.head
+
+    def reset_classifier(self, num_classes: int, global_pool: Optional[str] = None) -> None:
+        """A new head for ``num_classes`` (0: none); ``global_pool`` ``'token'`` or ``''``."""
+        check_int(type(self).__name__, 'num_classes', num_classes, 0, ' (0: no head)')
+        if global_pool is not None:
+            check_choice('global_pool', global_pool, ('token', ''))
+            self.global_pool = global_pool
+        self.num_classes = num_classes
+        self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
+
+    def _check_input(self, x: torch.Tensor, last_stage: int) -> None:
+        check_image(self, x, self.in_chans, MIN_INPUT_SIZE)
+        if self.training:
+            # The smallest BatchNorm input: the last stage's stride-2 key/value projection.
+            kv = [-(-n // 2) for n in stage_sizes(x.shape[2:])[last_stage]]
+            check_batchnorm_statistics(self, x.shape[0], kv,
+                                       f"stage {last_stage}'s key/value map",
+                                       MIN_TRAIN_SIDE_BATCH_1)
+
+    def forward_intermediates(
+            self, x: torch.Tensor, indices: Optional[Union[int, Sequence[int]]] = None,
+            norm: bool = False, stop_early: bool = False, output_fmt: str = 'NCHW',
+            intermediates_only: bool = False):
+        """The maps of the stages ``indices`` names (timm's convention: None all, an int the
+        last n, a sequence those; in stage order), NCHW. ``norm`` applies the final norm to
+        the last stage's map; ``stop_early`` runs no stage after the last one asked for.
+        Returns the maps, or ``(forward_features(x), maps)`` unless ``intermediates_only``."""
+        check_choice('output_fmt', output_fmt, ('NCHW', ))
+        take, last = take_indices(len(self.stages), indices)
+        stages = self.stages[:last + 1] if stop_early or intermediates_only else self.stages
+        self._check_input(x, len(stages) - 1)
+        intermediates = []
+        for i, stage in enumerate(stages):
+            tokens, hw = stage(x)
+            x = nlc_to_nchw(split_tokens(tokens, stage.num_cls_tokens)[1], hw)
+            if i in take:
+                if norm and i == NUM_STAGES - 1:
+                    intermediates.append(nlc_to_nchw(self.norm(nchw_to_nlc(x)), hw))
+                else:
+                    intermediates.append(x)
+        if intermediates_only:
+            return intermediates
+        return self.norm(tokens), intermediates
+
+    def prune_intermediate_layers(self, indices: Union[int, Sequence[int]] = 1,
+                                  prune_norm: bool = False, prune_head: bool = True) -> List[int]:
+        """Drop what ``forward_intermediates(indices)`` does not need (the stages after the
+        last index, the head, the final norm); returns the indices, absolute."""
+        take, last = take_indices(len(self.stages), indices)
+        pruned_end = last < len(self.stages) - 1
+        self.stages = self.stages[:last + 1]
+        if pruned_end:
+            self.num_features = self.head_hidden_size = self.feature_info[last]['num_chs']
+        if prune_norm or pruned_end:
+            self.norm = nn.Identity()
+        if prune_head or pruned_end:
+            self.reset_classifier(0, '')
+        return take
+
+    def forward_features(self, x: torch.Tensor) -> torch.Tensor:
+        """The last stage's normalised tokens, ``(B, 1 + h*w, C)``, the cls token first."""
+        self._check_input(x, len(self.stages) - 1)
+        for stage in self.stages:
+            tokens, hw = stage(x)
+            x = nlc_to_nchw(split_tokens(tokens, stage.num_cls_tokens)[1], hw)
+        return self.norm(tokens)
+
+    def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
+        if self.global_pool == 'token':
+            x = x[:, 0]
+        x = self.head_drop(x)
+        return x if pre_logits else self.head(x)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.forward_head(self.forward_features(x))
+
+    checkpoint_filter = staticmethod(timm_checkpoint_filter)
+
+
+# ---------------------------------------------------------------------- OpenMMLab backbone
+class CvT(PyramidBackbone, CvTModel):
+    """CvT backbone for MMDetection, MMSegmentation and MMPretrain: :class:`CvTModel` with
+    OpenMMLab's backbone conventions (:class:`~.backbone.PyramidBackbone`). ``forward`` returns
+    a tuple of NCHW maps (strides 4, 8, 16); the ImageNet classification stage stays, for
+    :meth:`classify` and ``out_type='logits'``.
+
+    Args:
+        arch (str | dict): as :class:`CvTModel`. Default ``'13'``.
         in_channels (int): image channels. Default 3.
         out_indices (Sequence[int]): stages whose maps ``forward`` returns, in this order.
             Default ``(0, 1, 2)``.
@@ -219,19 +453,15 @@ class CvT(ConvViTBackbone):
         out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
             ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``), as
             MMDetection's Swin/PVT do. Default None.
-        num_classes (int): classes of the Linear head on the cls token; 0 for no head
-            (``classify`` then returns the normalised cls token). Default 1000.
-        drop_path_rate (float | Sequence[float]): stochastic depth of the last stage (the
-            official recipe: 0 / 0 / 0.1, rising linearly within the stage), or three
-            per-stage rates. Default 0.1.
+        num_classes (int): as :class:`CvTModel`. Default 1000.
+        drop_path_rate (float | Sequence[float]): as :class:`CvTModel`. Default 0.1.
         frozen_stages (int): as ResNet/Swin: -1 trains everything, 0 freezes the stem (stage
             0's token embedding), ``k`` the first ``k`` stages; frozen parts stay in eval mode.
             Default -1.
         norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
         with_cp (bool): recompute each block's activations in the backward pass instead of
             storing them (training only). Default False.
-        use_sdpa (bool): fused attention; ``False`` runs the plain reference attention.
-            Default True.
+        fast_paths (bool, optional): as :class:`CvTModel`. Default None.
         init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
             URL[, prefix='backbone.'][, allow_partial=True])`` loads any known CvT layout
             (official, Hugging Face, ours); a checkpoint of another arch is an error naming
@@ -247,11 +477,6 @@ class CvT(ConvViTBackbone):
         >>> model.classify(torch.randn(1, 3, 224, 224)).shape
         torch.Size([1, 1000])
     """
-    family = 'cvt'
-    num_stages = NUM_STAGES
-    # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
-    arch_zoo = ARCH_SETTINGS
-    min_input_size = MIN_INPUT_SIZE
 
     def __init__(self,
                  arch: Union[str, dict] = '13',
@@ -264,63 +489,104 @@ class CvT(ConvViTBackbone):
                  frozen_stages: int = -1,
                  norm_eval: bool = False,
                  with_cp: bool = False,
-                 use_sdpa: bool = True,
+                 fast_paths: Optional[bool] = None,
                  init_cfg: Optional[Union[dict, List[dict]]] = None):
-        super().__init__(in_channels=in_channels, out_indices=out_indices, out_type=out_type,
-                         out_norm_cfg=out_norm_cfg, num_classes=num_classes,
-                         frozen_stages=frozen_stages, norm_eval=norm_eval, with_cp=with_cp,
-                         init_cfg=init_cfg)
-        spec = resolve_arch(arch, ARCH_SETTINGS, NUM_STAGES)
-        self.embed_dims = spec['embed_dims']
-        self.num_heads = spec['num_heads']
-        self.depths = spec['depths']
-        rates = stage_drop_path_rates(drop_path_rate, self.depths)
+        CvTModel.__init__(self, arch, in_chans=in_channels, num_classes=num_classes,
+                          drop_path_rate=drop_path_rate, fast_paths=fast_paths)
+        self._init_backbone(in_channels, out_indices, out_type, out_norm_cfg, frozen_stages,
+                            norm_eval, with_cp, init_cfg)
 
-        self.stages = nn.ModuleList()
-        channels = in_channels
-        for i in range(NUM_STAGES):
-            self.stages.append(
-                CvTStage(i, channels, self.embed_dims[i], self.num_heads[i], self.depths[i],
-                         rates[i], with_cls_token=i == NUM_STAGES - 1, use_sdpa=use_sdpa,
-                         with_cp=with_cp))
-            channels = self.embed_dims[i]
 
-        # The classification stage: final norm on the cls token and the ImageNet head.
-        self.norm = FP32LayerNorm(self.embed_dims[-1], eps=1e-5)
-        self.head = nn.Linear(self.embed_dims[-1], num_classes) if num_classes > 0 \
-            else nn.Identity()
-        self._build_out_norms()
-        self._freeze()
+# --------------------------------------------------------------------- checkpoint layouts
+# Ours = the official keys with ``stage{i}.`` renamed to ``stages.{i}.``:
+#   stages.{i}.patch_embed.proj / .norm           (token embedding: Conv2d, LayerNorm)
+#   stages.{i}.blocks.{j}.norm1 / .norm2
+#   stages.{i}.blocks.{j}.attn.conv_proj_{q,k,v}.conv / .bn, .attn.proj_{q,k,v}, .attn.proj
+#   stages.{i}.blocks.{j}.mlp.fc1 / .fc2
+#   stages.2.cls_token, norm, head                (the classification stage)
+#   out_norms.{i}                                 (the OpenMMLab backbone's optional norms)
+# Hugging Face CvtForImageClassification (``cvt.`` is absent in a bare CvtModel file).
+_HF_STAGE = r'^(?:cvt\.)?encoder\.stages\.(\d+)\.'
+_HF_BLOCK = _HF_STAGE + r'layers\.(\d+)\.'
+HF_RULES = [
+    (_HF_STAGE + r'embedding\.convolution_embeddings\.projection\.',
+     r'stages.\1.patch_embed.proj.'),
+    (_HF_STAGE + r'embedding\.convolution_embeddings\.normalization\.',
+     r'stages.\1.patch_embed.norm.'),
+    (_HF_STAGE + r'cls_token$', r'stages.\1.cls_token'),
+]
+for _long, _short in (('query', 'q'), ('key', 'k'), ('value', 'v')):
+    _conv = _HF_BLOCK + rf'attention\.attention\.convolution_projection_{_long}\.' \
+        r'convolution_projection\.'
+    HF_RULES += [
+        (_conv + r'convolution\.', rf'stages.\1.blocks.\2.attn.conv_proj_{_short}.conv.'),
+        (_conv + r'normalization\.', rf'stages.\1.blocks.\2.attn.conv_proj_{_short}.bn.'),
+        (_HF_BLOCK + rf'attention\.attention\.projection_{_long}\.',
+         rf'stages.\1.blocks.\2.attn.proj_{_short}.'),
+    ]
+HF_RULES += [
+    (_HF_BLOCK + r'attention\.output\.dense\.', r'stages.\1.blocks.\2.attn.proj.'),
+    (_HF_BLOCK + r'layernorm_before\.', r'stages.\1.blocks.\2.norm1.'),
+    (_HF_BLOCK + r'layernorm_after\.', r'stages.\1.blocks.\2.norm2.'),
+    (_HF_BLOCK + r'intermediate\.dense\.', r'stages.\1.blocks.\2.mlp.fc1.'),
+    (_HF_BLOCK + r'output\.dense\.', r'stages.\1.blocks.\2.mlp.fc2.'),
+    (r'^layernorm\.', 'norm.'),
+    (r'^classifier\.', 'head.'),
+]
 
-    def _official_init(self) -> None:
-        # microsoft/CvT's trunc_normal init: Linear weights and the cls token; convolutions
-        # keep PyTorch's default.
-        vit_init_(self)
-        nn.init.trunc_normal_(self.stages[-1].cls_token, std=0.02)
+register_format(WeightFormat(
+    'cvt-official', 'cvt', has_key_matching(r'stage0\.patch_embed\.proj\.weight$'),
+    lambda sd: regex_rename(sd, [(r'^stage(\d+)\.', r'stages.\1.')]),
+    'microsoft/CvT model-zoo .pth (a plain state dict)'))
+register_format(WeightFormat(
+    'cvt-huggingface', 'cvt',
+    has_key_matching(_HF_STAGE + r'embedding\.convolution_embeddings\.projection\.weight$'),
+    lambda sd: regex_rename(sd, HF_RULES),
+    'Hugging Face transformers CvtForImageClassification / CvtModel'))
+register_format(WeightFormat(
+    # Keyed on the convolutional projection, which CMT's layout (also `stages.{i}.`) lacks.
+    'cvt-ours', 'cvt', has_key_matching(r'stages\.0\.blocks\.0\.attn\.conv_proj_q\.conv\.weight$'),
+    dict, "this project's layout (CvTModel().state_dict(), CvT().state_dict())"))
 
-    def _check_train_batch(self, x: torch.Tensor, last_stage: int) -> None:
-        # The smallest BatchNorm input: the last stage's stride-2 key/value projection.
-        kv = [-(-n // 2) for n in stage_sizes(x.shape[2:])[last_stage]]
-        check_batchnorm_statistics(self, x.shape[0], kv, f"stage {last_stage}'s key/value map",
-                                   MIN_TRAIN_SIDE_BATCH_1)
+# timm's name for a model's pretrained-weights filter.
+checkpoint_filter_fn = timm_checkpoint_filter
 
-    def _run_stages(self, x: torch.Tensor, last_stage: int):
-        """Run stages 0..last_stage; return their maps and the last stage's cls token."""
-        maps, cls_token = [], None
-        for stage in self.stages[:last_stage + 1]:
-            x, cls_token = stage(x)
-            maps.append(x)
-        return maps, cls_token
 
-    def _stage_maps(self, x: torch.Tensor, last_stage: int) -> List[torch.Tensor]:
-        return self._run_stages(x, last_stage)[0]
+# -------------------------------------------------------------------------- timm entry points
+def _cfg(checkpoint: str, **kwargs) -> dict:
+    return timm_pretrained_cfg(checkpoint, first_conv='stages.0.patch_embed.proj', **kwargs)
 
-    def _classify(self, x: torch.Tensor) -> torch.Tensor:
-        _, cls_token = self._run_stages(x, NUM_STAGES - 1)
-        return self.head(self.norm(cls_token[:, 0]))
 
-    def _classification_modules(self) -> List[nn.Module]:
-        return [self.norm, self.head]
+# The official evaluation (microsoft/CvT lib/dataset/transformas/build.py): at 224, the short
+# side to 224 / 0.875 then a centre crop; at 384 a plain resize to 384 x 384 (CENTER_CROP
+# False in the 384 configs), bicubic both.
+_AT_384 = dict(crop_pct=1.0, crop_mode='squash')
+PRETRAINED_CFGS = {
+    'cvt_13.in1k': _cfg('cvt-13'),
+    'cvt_13.in1k_384': _cfg('cvt-13-384', **_AT_384),
+    'cvt_13.in22k_ft_in1k_384': _cfg('cvt-13-384-22k', **_AT_384),
+    'cvt_21.in1k': _cfg('cvt-21'),
+    'cvt_21.in1k_384': _cfg('cvt-21-384', **_AT_384),
+    'cvt_21.in22k_ft_in1k_384': _cfg('cvt-21-384-22k', **_AT_384),
+    'cvt_w24.in22k_ft_in1k_384': _cfg('cvt-w24-384-22k', **_AT_384),
+}
 
-    def _stem_modules(self) -> List[nn.Module]:
-        return [self.stages[0].patch_embed]
+
+def cvt_13(pretrained: bool = False, **kwargs) -> CvTModel:
+    """CvT-13 (20.0 M parameters), ImageNet-1k at 224 (81.6 top-1) or 384 (83.0)."""
+    return build_timm_model(CvTModel, 'cvt_13', pretrained, '13', NUM_STAGES, **kwargs)
+
+
+def cvt_21(pretrained: bool = False, **kwargs) -> CvTModel:
+    """CvT-21 (31.6 M parameters), ImageNet-1k at 224 (82.5 top-1) or 384 (83.3)."""
+    return build_timm_model(CvTModel, 'cvt_21', pretrained, '21', NUM_STAGES, **kwargs)
+
+
+def cvt_w24(pretrained: bool = False, **kwargs) -> CvTModel:
+    """CvT-W24 (277 M parameters), ImageNet-22k then 1k at 384 (87.6 top-1)."""
+    return build_timm_model(CvTModel, 'cvt_w24', pretrained, 'w24', NUM_STAGES, **kwargs)
+
+
+# ---------------------------------------------------------------------------- registrations
+register_mmengine(CvT)
+register_timm(__name__, [cvt_13, cvt_21, cvt_w24], PRETRAINED_CFGS)

@@ -1,6 +1,6 @@
-"""Building blocks shared by the CvT and CMT backbones: the float32 LayerNorm of official
-CvT, stochastic depth fused with the residual sum, token/map layout changes and per-block
-drop-path rates."""
+"""Building blocks shared by CvT and CMT: the float32 LayerNorm of official CvT, QuickGELU,
+stochastic depth fused with the residual sum, token/map and per-head layout changes, per-block
+drop-path rates and the integer size arithmetic that stays exportable."""
 from __future__ import annotations
 
 from typing import Sequence
@@ -45,6 +45,23 @@ class ResidualDropPath(nn.Module):
         return f'drop_prob={self.drop_prob}'
 
 
+# QuickGELU(x) = x * sigmoid(a x) = silu(a x) / a (the fast path's form: fast/quick_gelu.py).
+QUICK_GELU_SCALE = 1.702
+
+
+class QuickGELU(nn.Module):
+    """``x * sigmoid(1.702 x)``, the activation the official CvT weights were trained with.
+
+    Example::
+
+        >>> QuickGELU()(torch.zeros(3))
+        tensor([0., 0., 0.])
+    """
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x * torch.sigmoid(QUICK_GELU_SCALE * x)
+
+
 class FP32LayerNorm(nn.LayerNorm):
     """LayerNorm computed in float32 whatever the input dtype (as official CvT does), which
     keeps AMP training numerically identical to fp32 in the normalisation."""
@@ -68,6 +85,29 @@ def nlc_to_nchw(x: torch.Tensor, hw: Sequence[int]) -> torch.Tensor:
     if x.shape[1] != h * w:
         raise ValueError(f'nlc_to_nchw: {x.shape[1]} tokens cannot form a {h}x{w} map')
     return rearrange(x, 'b (h w) c -> b c h w', h=h, w=w)
+
+
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """(B, N, heads * d) tokens -> (B, heads, N, d) per-head tokens, a view."""
+    return rearrange(x, 'b n (heads d) -> b heads n d', heads=num_heads)
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """(B, heads, N, d) -> (B, N, heads * d), the inverse of :func:`split_heads`."""
+    return rearrange(x, 'b heads n d -> b n (heads d)')
+
+
+def ceil_div(a: int, b: int) -> int:
+    """``ceil(a / b)`` for ``a, b >= 0``, also for symbolic sizes."""
+    # Only non-negative operands: ONNX exports a symbolic `//` as integer Div, which truncates,
+    # so `-(-a // b)` would round the wrong way in an exported graph.
+    return (a + b - 1) // b
+
+
+def is_symbolic(*sizes) -> bool:
+    """Whether any size is a ``torch.SymInt``: a dimension that ``torch.export`` (or
+    ``torch.compile(dynamic=True)``) keeps symbolic. Eager sizes are plain ints."""
+    return any(isinstance(s, torch.SymInt) for s in sizes)
 
 
 def split_tokens(x: torch.Tensor, num_leading: int):

@@ -1,4 +1,4 @@
-"""What CvT and CMT share through ``ConvViTBackbone`` behaves the same in both: argument
+"""What CvT and CMT share through ``PyramidBackbone`` behaves the same in both: argument
 checks, the head without classes, init_cfg forms, initialisation bookkeeping and when
 activation checkpointing runs."""
 import pytest
@@ -8,8 +8,8 @@ from mmengine.model import BaseModule
 from torch import nn
 
 import cvt_mm  # noqa: F401
-from cvt_mm.models import CMT, CvT
-from cvt_mm.models.base import ConvViTBackbone
+from cvt_mm.models import CMT, CMTModel, CvT, CvTModel
+from cvt_mm.models.backbone import PyramidBackbone
 
 SMALL = {
     CvT: dict(arch=dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 1, 1])),
@@ -25,8 +25,13 @@ def build(cls, **kwargs):
 
 
 @BACKBONES
-def test_both_share_the_base(cls):
-    assert issubclass(cls, ConvViTBackbone) and cls.family in ('cvt', 'cmt')
+def test_both_are_their_model_with_the_openmmlab_conventions(cls):
+    model_cls = {CvT: CvTModel, CMT: CMTModel}[cls]
+    assert cls.__mro__[1:3] == (PyramidBackbone, model_cls) and cls.family in ('cvt', 'cmt')
+    # The same modules: a model's weights load into the backbone without renaming.
+    model = model_cls(**SMALL[cls])
+    backbone = build(cls)
+    assert backbone.load_state_dict(model.state_dict(), strict=True)
 
 
 @BACKBONES

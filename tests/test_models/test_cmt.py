@@ -14,7 +14,7 @@ import cvt_mm  # noqa: F401  (registers CMT)
 from cvt_mm.benchmark import held_for_backward
 from cvt_mm.checkpoint import CheckpointError
 from cvt_mm.models.cmt import CMT
-from cvt_mm.models.matrix_resize import resize_relative_pos
+from cvt_mm.models.fast.matrix_resize import resize_relative_pos
 
 from helpers import load_tool
 
@@ -113,7 +113,7 @@ def test_out_indices_order_and_out_norm():
 def test_sdpa_matches_reference_attention():
     torch.manual_seed(0)
     fast = randomize_bn(tiny()).eval()
-    ref = tiny(use_sdpa=False).eval()
+    ref = tiny(fast_paths=False).eval()
     ref.load_state_dict(fast.state_dict())
     x = torch.randn(2, 3, 97, 131)
     with torch.no_grad():
@@ -349,7 +349,7 @@ def official_logits(sd, x, depths, num_heads, sr_ratios):
 
 
 def test_forward_matches_official_restatement():
-    model = randomize_bn(tiny(use_sdpa=True)).eval()
+    model = randomize_bn(tiny(fast_paths=True)).eval()
     official = {_official_key(k): v for k, v in model.state_dict().items()}
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
@@ -543,7 +543,7 @@ def test_selective_recomputation_keeps_only_products_and_no_bias():
 
 
 def test_recomputed_in_backward_rebuilds_once_and_checks_its_sources():
-    from cvt_mm.models.recomputation import RecomputedInBackward
+    from cvt_mm.models.fast.recomputation import RecomputedInBackward
 
     param = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     calls = []

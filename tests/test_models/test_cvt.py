@@ -239,7 +239,7 @@ def test_out_indices_order_and_out_norms(source):
 
 def test_sdpa_and_reference_attention_agree(source):
     model, x, logits, maps = source
-    reference = tiny(use_sdpa=False)
+    reference = tiny(fast_paths=False)
     reference.load_state_dict(model.state_dict())
     with torch.no_grad():
         ref_maps = reference.eval()(x)

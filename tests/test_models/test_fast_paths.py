@@ -7,18 +7,31 @@ from mmcv.cnn.bricks import DropPath
 from torch.profiler import ProfilerActivity, profile
 
 import cvt_mm  # noqa: F401  (registers the backbones)
-from cvt_mm.models.attention import attention, merge_heads, reference_attention, split_heads
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
-from cvt_mm.models.fused_attention import BiasGradAttention, sdpa_attention
-from cvt_mm.models.layers import ResidualDropPath, split_tokens
-from cvt_mm.models.quick_gelu import FusedQuickGELU, QuickGELU
+from cvt_mm.models.fast.attention import BiasGradAttention, sdpa_attention
+from cvt_mm.models.fast.quick_gelu import FusedQuickGELU
+from cvt_mm.models.layers import (
+    QuickGELU,
+    ResidualDropPath,
+    merge_heads,
+    split_heads,
+    split_tokens,
+)
 
 FUSED_CPU = 'aten::_scaled_dot_product_flash_attention_for_cpu'
 MATH = 'aten::_scaled_dot_product_attention_math'
 SMALL_CMT = dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1],
                  stem_channels=8, fc_channels=32, mlp_ratio=2.0)
 SMALL_CVT = dict(embed_dims=[16, 32, 64], num_heads=[1, 2, 4], depths=[1, 1, 1])
+
+
+def reference_attention(q, k, v, scale, bias=None):
+    """softmax(q kᵀ * scale + bias) v, as written."""
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias
+    return torch.matmul(scores.softmax(dim=-1), v)
 
 
 def small(kind, **kwargs):
@@ -72,15 +85,15 @@ def test_a_bias_that_needs_a_gradient_still_gets_the_fused_forward():
 
 @pytest.mark.parametrize('grad', [False, True])
 def test_a_3d_parameter_bias_through_attention_gets_the_fused_kernel(grad):
-    """CMT passes its (heads, Nq, Nk) bias, a parameter or a view of one, to ``attention``:
+    """CMT passes its (heads, Nq, Nk) bias, a parameter or a view of one, to the fused attention:
     made 4-D (and detached under no_grad) before the kernel sees it, since a 3-D mask or
     one that requires grad would send it to the math path."""
     gen = torch.Generator().manual_seed(5)
     q, k, v = (torch.randn(2, 2, n, 8, generator=gen) for n in (40, 24, 24))
     bias = torch.nn.Parameter(torch.randn(2, 40, 24, generator=gen))
     with torch.set_grad_enabled(grad):
-        ops = attention_ops(lambda: attention(q, k, v, 0.3, bias=bias))
-        out = attention(q, k, v, 0.3, bias=bias)
+        ops = attention_ops(lambda: sdpa_attention(q, k, v, 0.3, bias=bias))
+        out = sdpa_attention(q, k, v, 0.3, bias=bias)
     assert FUSED_CPU in ops and MATH not in ops, sorted(ops)
     torch.testing.assert_close(out, reference_attention(q, k, v, 0.3, bias=bias))
     assert out.requires_grad == grad

@@ -7,8 +7,8 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from cvt_mm.models.cmt import CMT
-from cvt_mm.models.matrix_resize import resize_relative_pos
-from cvt_mm.models.relative_position_bias import RelativePositionBias
+from cvt_mm.models.fast.matrix_resize import resize_relative_pos
+from cvt_mm.models.fast.relative_position_bias import RelativePositionBias
 
 QUERY, KEY = (4, 4), (2, 2)  # the stored grids
 GRIDS = [((5, 6), (3, 3)), ((3, 7), (2, 4)), ((6, 6), (1, 2))]

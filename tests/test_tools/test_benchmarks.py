@@ -12,9 +12,9 @@ import torch.nn.functional as F
 
 import cvt_mm  # noqa: F401
 from cvt_mm.flops import count_flops
-from cvt_mm.models.attention import sdpa_attention
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
+from cvt_mm.models.fast.attention import sdpa_attention
 
 from helpers import TOOLS, load_tool
 

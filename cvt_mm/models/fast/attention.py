@@ -1,7 +1,8 @@
-"""PyTorch's fused ``scaled_dot_product_attention`` for CvT and CMT: in one call on the CPU,
-where its kernel never builds the score matrix, with an exact backward for CMT's trained
-position bias that keeps no probabilities (:class:`BiasGradAttention`); chunked over queries
-elsewhere, so that no backend holds the full score matrix of a large image.
+"""PyTorch's fused ``scaled_dot_product_attention`` for CvT and CMT, the fast path of the
+models' ``softmax(q kᵀ * scale + bias) v``: in one call on the CPU, where its kernel never builds
+the score matrix, with an exact backward for CMT's trained position bias that keeps no
+probabilities (:class:`BiasGradAttention`); chunked over queries elsewhere, so that no backend
+holds the full score matrix of a large image.
 """
 from __future__ import annotations
 
@@ -106,6 +107,7 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     only training, and the exported graph's runtime picks its own attention kernels.
     """
     if bias is not None:
+        bias = bias.to(q.dtype)
         # The kernels take their unfused math path for a 3-D mask, and for one that requires
         # grad (even under no_grad, where a view of a parameter still says it does).
         if bias.dim() == 3:

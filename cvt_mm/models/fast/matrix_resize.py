@@ -20,22 +20,12 @@ from typing import Tuple
 import torch
 import torch.nn.functional as F
 
-__all__ = ['ceil_div', 'is_symbolic', 'bicubic_matrix', 'graph_bicubic_matrix', 'axis_matrix',
+from ..layers import is_symbolic
+
+__all__ = ['bicubic_matrix', 'graph_bicubic_matrix', 'axis_matrix',
            'resize_grid_axis', 'resize_relative_pos', 'pool_matrix', 'matrix_adaptive_avg_pool']
 
 Grid = Tuple[int, int]
-
-
-def ceil_div(a: int, b: int) -> int:
-    # Only non-negative operands: ONNX exports a symbolic `//` as integer Div, which truncates,
-    # so `-(-a // b)` would round the wrong way in an exported graph.
-    return (a + b - 1) // b
-
-
-def is_symbolic(*sizes) -> bool:
-    """Whether any size is a ``torch.SymInt``: a dimension that ``torch.export`` (or
-    ``torch.compile(dynamic=True)``) keeps symbolic. Eager sizes are plain ints."""
-    return any(isinstance(s, torch.SymInt) for s in sizes)
 
 
 @functools.lru_cache(maxsize=128)

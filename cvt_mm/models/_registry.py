@@ -1,0 +1,120 @@
+"""Registering a model family where its users look for it, each only where installed: the
+OpenMMLab backbone in MMEngine's root ``MODELS`` (which MMDetection's, MMSegmentation's and
+MMPretrain's registries fall back to), the timm entry points with their pretrained metadata in
+timm's registry. (The Hugging Face classes register in :mod:`.huggingface`.)
+
+Also the pieces of a timm entry point: :func:`timm_pretrained_cfg` (one row of the published
+checkpoints as timm's metadata), :func:`build_timm_model` and :func:`timm_checkpoint_filter`.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+import warnings
+from typing import Callable, Dict, Iterable, Sequence
+
+import torch
+
+from ..checkpoint.loading import convert_for, fit_state_dict
+from ..checkpoint.published import published_by_name
+
+__all__ = ['installed', 'register_mmengine', 'register_timm', 'timm_pretrained_cfg',
+           'build_timm_model', 'timm_checkpoint_filter']
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+
+
+def installed(package: str) -> bool:
+    """Whether ``package`` can be imported, without importing it."""
+    return package in sys.modules or importlib.util.find_spec(package) is not None
+
+
+def register_mmengine(cls: type) -> None:
+    """``cls`` in MMEngine's root ``MODELS`` under its class name, where MMEngine is
+    installed (``type='CvT'`` then builds in every toolbox's scope)."""
+    if not installed('mmengine'):
+        return
+    from mmengine.registry import MODELS
+    if MODELS.get(cls.__name__) is not cls:
+        MODELS.register_module(module=cls)
+
+
+def timm_pretrained_cfg(checkpoint: str, first_conv: str, crop_pct: float = 0.875,
+                        **overrides) -> dict:
+    """timm's pretrained metadata of the published checkpoint called ``checkpoint`` (a name of
+    :data:`cvt_mm.checkpoint.PUBLISHED`): its URL, resolution, licence and the official
+    evaluation's preprocessing (bicubic, ImageNet mean and std, ``crop_pct``)."""
+    entry = published_by_name(checkpoint)
+    size = entry.input_size
+    return dict(url=entry.url, num_classes=1000, input_size=(3, size, size), pool_size=None,
+                crop_pct=crop_pct, interpolation='bicubic', mean=IMAGENET_MEAN, std=IMAGENET_STD,
+                first_conv=first_conv, classifier='head', fixed_input_size=False,
+                license=entry.licence.lower(), **overrides)
+
+
+def build_timm_model(model_cls: type, variant: str, pretrained: bool, arch, num_stages: int,
+                     **kwargs) -> torch.nn.Module:
+    """A timm entry point's model: ``model_cls(arch=arch, **kwargs)`` built by timm's
+    ``build_model_with_cfg`` (pretrained weights through ``model_cls.checkpoint_filter``,
+    ``features_only`` through ``forward_intermediates``, every stage by default)."""
+    from timm.models import build_model_with_cfg
+    out_indices = kwargs.pop('out_indices', tuple(range(num_stages)))
+    return build_model_with_cfg(
+        model_cls, variant, pretrained, arch=arch,
+        pretrained_filter_fn=model_cls.checkpoint_filter,
+        feature_cfg=dict(out_indices=out_indices, feature_cls='getter'), **kwargs)
+
+
+def timm_checkpoint_filter(state_dict: dict, model: torch.nn.Module) -> dict:
+    """timm's ``pretrained_filter_fn``: what timm read (any layout of the model's family, in any
+    container) renamed into ours and checked against the model as our own loader checks it:
+    another family or another size is an error naming both. The first convolution may differ in
+    input channels (timm adapts it to ``in_chans`` next)."""
+    cfg = getattr(model, 'pretrained_cfg', None) or {}
+    source = cfg.get('file') or cfg.get('url') or cfg.get('hf_hub_id') or 'the weights'
+    family = model.family
+    sd, layout = convert_for(model, state_dict, family, source)
+    first_conv = cfg.get('first_conv')
+    return fit_state_dict(model, sd, family, source, layout,
+                          reshapable=(f'{first_conv}.weight', ) if first_conv else ())
+
+
+_warned: set = set()
+
+
+def register_timm(module_name: str, entrypoints: Iterable[Callable],
+                  pretrained_cfgs: Dict[str, dict]) -> Sequence[str]:
+    """Register ``entrypoints`` (functions named as the models) with timm, with
+    ``pretrained_cfgs`` (``{'name.tag': cfg}``, the first tag of a name its default), where timm
+    is installed; returns the names registered.
+
+    A name timm already has from elsewhere (a later timm shipping it) is left to timm: ours is
+    not registered under it, and a warning says so once per process.
+    """
+    if not installed('timm'):
+        return []
+    from timm.models import generate_default_cfgs, is_model, model_entrypoint, register_model
+    module = sys.modules[module_name]
+    # timm's register_model takes a model's pretrained cfgs from its entry point's module.
+    module.default_cfgs = generate_default_cfgs(pretrained_cfgs)
+    registered = []
+    for fn in entrypoints:
+        name = fn.__name__
+        if is_model(name):
+            theirs = model_entrypoint(name)
+            if getattr(theirs, '__module__', None) == fn.__module__:
+                registered.append(name)  # ours, from an earlier import of this module
+                continue
+            if name not in _warned:
+                _warned.add(name)
+                import timm
+                warnings.warn(
+                    f"timm {timm.__version__} already provides a model named '{name}' (from "
+                    f'{getattr(theirs, "__module__", "?")}); timm\'s is kept and cvt_mm\'s is not '
+                    f"registered under that name. cvt_mm's is {fn.__module__}.{name}().",
+                    stacklevel=2)
+            continue
+        register_model(fn)
+        registered.append(name)
+    return registered
