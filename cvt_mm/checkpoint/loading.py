@@ -124,10 +124,14 @@ def arch_of(sd: StateDict, arch_zoo: Dict[str, dict], family: str) -> str:
     return f'a custom {label} arch (depths {found_depths}, embed_dims {found_dims})'
 
 
+PARTIAL_HINT = (", or load what fits on purpose with init_cfg=dict(type='Pretrained', "
+                "checkpoint=..., allow_partial=True)")
+
+
 def fit_state_dict(model: torch.nn.Module, sd: StateDict, family: str, source: str,
                    layout: str, head_prefixes: Tuple[str, ...] = ('head.', ),
                    allow_partial: bool = False, reshapable: Sequence[str] = (),
-                   logger=None) -> StateDict:
+                   logger=None, partial_hint: str = PARTIAL_HINT) -> StateDict:
     """What of ``sd`` (in our layout) to load into ``model``, checked against it.
 
     A classifier head of another shape is dropped with a warning. Any other tensor of another
@@ -166,8 +170,7 @@ def fit_state_dict(model: torch.nn.Module, sd: StateDict, family: str, source: s
         raise CheckpointError(
             f'{source} ({layout}) does not fit the model: {listed}. The checkpoint looks like '
             f'{arch_of(sd, zoo, family)}; the model is {arch_of(own, zoo, family)}. Use the '
-            "checkpoint of the model's architecture, or load what fits on purpose with "
-            "init_cfg=dict(type='Pretrained', checkpoint=..., allow_partial=True).")
+            f"checkpoint of the model's architecture{partial_hint}.")
     if mismatched:  # allow_partial: keep the model's own values for these
         for item in mismatched:
             del sd[item.split(':')[0]]

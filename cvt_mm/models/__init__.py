@@ -3,11 +3,16 @@ their registrations, each where the library is installed:
 
 * MMEngine's root ``MODELS`` (``type='CvT'``, ``type='CMT'``), which MMDetection's,
   MMSegmentation's and MMPretrain's registries fall back to;
-* timm (``timm.create_model('cvt_13')``, ``'cmt_s'``, ...).
+* timm (``timm.create_model('cvt_13')``, ``'cmt_s'``, ...);
+* transformers' ``AutoConfig`` / ``AutoBackbone`` (:mod:`.huggingface`).
 
 The speed machinery sits one step away, in :mod:`.fast`.
 """
+from ._registry import installed
 from .cmt import CMT, CMTModel
 from .cvt import CvT, CvTModel
+
+if installed('transformers'):
+    from . import huggingface  # noqa: F401  (registers the Hugging Face backbones)
 
 __all__ = ['CMT', 'CMTModel', 'CvT', 'CvTModel']

@@ -15,7 +15,7 @@ from typing import Callable, Dict, Iterable, Sequence
 
 import torch
 
-from ..checkpoint.loading import convert_for, fit_state_dict
+from ..checkpoint.loading import arch_of, convert_for, fit_state_dict
 from ..checkpoint.published import published_by_name
 
 __all__ = ['installed', 'register_mmengine', 'register_timm', 'timm_pretrained_cfg',
@@ -77,7 +77,9 @@ def timm_checkpoint_filter(state_dict: dict, model: torch.nn.Module) -> dict:
     sd, layout = convert_for(model, state_dict, family, source)
     first_conv = cfg.get('first_conv')
     return fit_state_dict(model, sd, family, source, layout,
-                          reshapable=(f'{first_conv}.weight', ) if first_conv else ())
+                          reshapable=(f'{first_conv}.weight', ) if first_conv else (),
+                          partial_hint=f" (timm.create_model('{cfg.get('architecture')}') is "
+                          f'{arch_of(model.state_dict(), model.arch_zoo, family)})')
 
 
 _warned: set = set()

@@ -381,6 +381,8 @@ class CMTModel(nn.Module):
     # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
     arch_zoo = ARCH_SETTINGS
     min_input_size = MIN_INPUT_SIZE
+    # The convolution that reads the image (timm adapts it to another ``in_chans``).
+    first_conv = 'stem.0.conv'
 
     def __init__(self, arch: Union[str, dict] = 's', in_chans: int = 3, num_classes: int = 1000,
                  global_pool: str = 'avg', drop_rate: Optional[float] = None,
@@ -560,7 +562,7 @@ class CMTModel(nn.Module):
                                   prune_norm: bool = False, prune_head: bool = True) -> List[int]:
         """Drop what ``forward_intermediates(indices)`` does not need (the stages after the
         last index, the classification stage); returns the indices, absolute."""
-        take, last = take_indices(len(self.stages), indices)
+        take, last = take_indices(len(self.stages), indices, name='out_indices')
         pruned_end = last < len(self.stages) - 1
         self.stages = self.stages[:last + 1]
         if prune_head or pruned_end:
@@ -716,7 +718,7 @@ checkpoint_filter_fn = timm_checkpoint_filter
 def _cfg(checkpoint: str) -> dict:
     # The official evaluation (cmt_pytorch datasets.py): the short side to 256 / 224 x size,
     # a centre crop of size, bicubic.
-    return timm_pretrained_cfg(checkpoint, first_conv='stem.0.conv', crop_pct=224 / 256)
+    return timm_pretrained_cfg(checkpoint, first_conv=CMTModel.first_conv, crop_pct=224 / 256)
 
 
 PRETRAINED_CFGS = {

@@ -277,6 +277,8 @@ class CvTModel(nn.Module):
     # Published variants by name (as MMPretrain's arch_zoo); also names checkpoints' archs.
     arch_zoo = ARCH_SETTINGS
     min_input_size = MIN_INPUT_SIZE
+    # The convolution that reads the image (timm adapts it to another ``in_chans``).
+    first_conv = 'stages.0.patch_embed.proj'
 
     def __init__(self, arch: Union[str, dict] = '13', in_chans: int = 3, num_classes: int = 1000,
                  global_pool: str = 'token', drop_rate: float = 0.0,
@@ -401,7 +403,7 @@ class CvTModel(nn.Module):
                                   prune_norm: bool = False, prune_head: bool = True) -> List[int]:
         """Drop what ``forward_intermediates(indices)`` does not need (the stages after the
         last index, the head, the final norm); returns the indices, absolute."""
-        take, last = take_indices(len(self.stages), indices)
+        take, last = take_indices(len(self.stages), indices, name='out_indices')
         pruned_end = last < len(self.stages) - 1
         self.stages = self.stages[:last + 1]
         if pruned_end:
@@ -554,7 +556,7 @@ checkpoint_filter_fn = timm_checkpoint_filter
 
 # -------------------------------------------------------------------------- timm entry points
 def _cfg(checkpoint: str, **kwargs) -> dict:
-    return timm_pretrained_cfg(checkpoint, first_conv='stages.0.patch_embed.proj', **kwargs)
+    return timm_pretrained_cfg(checkpoint, first_conv=CvTModel.first_conv, **kwargs)
 
 
 # The official evaluation (microsoft/CvT lib/dataset/transformas/build.py): at 224, the short
