@@ -1,18 +1,13 @@
 """Fixtures shared across test modules: the tiny generated datasets, made once per session,
-two-process (gloo) training runs through tools/dist_train.sh, run once per base config, and a
-real transformers 5 installed once into a folder of its own."""
+two-process (gloo) training runs through tools/dist_train.sh, run once per base config."""
 import os
 import os.path as osp
 import socket
-import subprocess
-import sys
 
 import pytest
 
 from cluster_runs import make_cluster_data
 from helpers import EXIT_PROBE_ENV, head_user_config, make_tiny_data, run_tool
-
-TRANSFORMERS = 'transformers==5.17.0'  # the version on the GPU node the project is checked on
 
 # Iterations of each distributed run: DDP's bookkeeping breaks on the second one, so run more.
 DIST_ITERATIONS = 3
@@ -20,8 +15,7 @@ DIST_ITERATIONS = 3
 # `make test` runs the suite in two pytest-xdist workers. Each takes whole test modules
 # (module fixtures run once); modules that share an expensive session fixture go to one
 # worker together, so it runs once too.
-SHARED_FIXTURE_GROUPS = {'test_distributed': 'dist_train', 'test_detseg_tools': 'dist_train',
-                         'test_benchmarks': 'transformers5', 'test_integration': 'transformers5'}
+SHARED_FIXTURE_GROUPS = {'test_distributed': 'dist_train', 'test_detseg_tools': 'dist_train'}
 
 
 @pytest.hookimpl(optionalhook=True)  # pytest without xdist (a GPU node's) runs the suite too
@@ -57,20 +51,6 @@ def tiny_data(tmp_path_factory):
 def cluster_data(tmp_path_factory):
     """The data of the cluster scenarios (:func:`cluster_runs.make_cluster_data`)."""
     return make_cluster_data(str(tmp_path_factory.mktemp('cluster_data')))
-
-
-@pytest.fixture(scope='session')
-def with_transformers5(tmp_path_factory):
-    """An environment whose PYTHONPATH holds a real transformers 5, installed into a temporary
-    folder (the venv stays without it, as users' venvs may be)."""
-    target = tmp_path_factory.mktemp('transformers5')
-    proc = subprocess.run([sys.executable, '-m', 'pip', 'install', '-q',
-                           '--disable-pip-version-check', '--target', str(target), TRANSFORMERS],
-                          capture_output=True, text=True, timeout=600)
-    if proc.returncode:
-        pytest.skip(f'could not install {TRANSFORMERS} (no package index?): '
-                    f'{proc.stderr.strip().splitlines()[-1:]}')
-    return dict(os.environ, PYTHONPATH=str(target))
 
 
 def free_port() -> int:

@@ -9,6 +9,8 @@ checkpoints as timm's metadata), :func:`build_timm_model` and :func:`timm_checkp
 from __future__ import annotations
 
 import importlib.util
+import os
+import re
 import sys
 import warnings
 from typing import Callable, Dict, Iterable, Sequence
@@ -27,7 +29,12 @@ IMAGENET_STD = (0.229, 0.224, 0.225)
 
 def installed(package: str) -> bool:
     """Whether ``package`` can be imported, without importing it."""
-    return package in sys.modules or importlib.util.find_spec(package) is not None
+    if package in sys.modules:
+        return True
+    try:
+        return importlib.util.find_spec(package) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def register_mmengine(cls: type) -> None:
@@ -36,17 +43,29 @@ def register_mmengine(cls: type) -> None:
     if not installed('mmengine'):
         return
     from mmengine.registry import MODELS
-    if MODELS.get(cls.__name__) is not cls:
-        MODELS.register_module(module=cls)
+    registered = MODELS.module_dict.get(cls.__name__)
+    if registered is cls:
+        return
+    # The same class from a reload of its module replaces itself; another package's class of
+    # the name is MMEngine's error to raise.
+    ours = registered is not None and (registered.__module__, registered.__qualname__) == (
+        cls.__module__, cls.__qualname__)
+    MODELS.register_module(module=cls, force=ours)
 
 
 def timm_pretrained_cfg(checkpoint: str, first_conv: str, crop_pct: float = 0.875,
                         **overrides) -> dict:
     """timm's pretrained metadata of the published checkpoint called ``checkpoint`` (a name of
     :data:`cvt_mm.checkpoint.PUBLISHED`): its URL, resolution, licence and the official
-    evaluation's preprocessing (bicubic, ImageNet mean and std, ``crop_pct``)."""
+    evaluation's preprocessing (bicubic, ImageNet mean and std, ``crop_pct``). A file on the
+    Hugging Face Hub is named by its repository (``hf_hub_id``), which timm then downloads
+    through the Hub's cache: the URLs of every ``microsoft/cvt-*`` file end in the same file
+    name, under which a download cache keyed by names would mix them up."""
     entry = published_by_name(checkpoint)
     size = entry.input_size
+    hub = re.match(r'https://huggingface\.co/([^/]+/[^/]+)/resolve/', entry.url)
+    if hub:
+        overrides.setdefault('hf_hub_id', hub.group(1))
     return dict(url=entry.url, num_classes=1000, input_size=(3, size, size), pool_size=None,
                 crop_pct=crop_pct, interpolation='bicubic', mean=IMAGENET_MEAN, std=IMAGENET_STD,
                 first_conv=first_conv, classifier='head', fixed_input_size=False,
@@ -59,11 +78,28 @@ def build_timm_model(model_cls: type, variant: str, pretrained: bool, arch, num_
     ``build_model_with_cfg`` (pretrained weights through ``model_cls.checkpoint_filter``,
     ``features_only`` through ``forward_intermediates``, every stage by default)."""
     from timm.models import build_model_with_cfg
+    cfg = kwargs.get('pretrained_cfg')
+    if pretrained and isinstance(cfg, dict) and cfg.get('source') == 'local-dir':
+        _check_weights_in(cfg.get('file') or '')
     out_indices = kwargs.pop('out_indices', tuple(range(num_stages)))
     return build_model_with_cfg(
         model_cls, variant, pretrained, arch=arch,
         pretrained_filter_fn=model_cls.checkpoint_filter,
         feature_cfg=dict(out_indices=out_indices, feature_cls='getter'), **kwargs)
+
+
+WEIGHT_FILE_TYPES = ('.safetensors', '.pth', '.pth.tar', '.bin')
+
+
+def _check_weights_in(folder: str) -> None:
+    """A ``local-dir:`` folder must hold weights; timm would only say none is 'suitable'."""
+    found = sorted(os.listdir(folder)) if os.path.isdir(folder) else []
+    if not any(name.endswith(WEIGHT_FILE_TYPES) for name in found):
+        raise FileNotFoundError(
+            f'{folder} holds no weights: model.safetensors is missing (what '
+            'tools/misc/export_pretrained.py writes beside config.json; timm also takes '
+            f'pytorch_model.bin or any {"/".join(WEIGHT_FILE_TYPES)} file). In the folder: '
+            f'{", ".join(found) or "nothing"}')
 
 
 def timm_checkpoint_filter(state_dict: dict, model: torch.nn.Module) -> dict:

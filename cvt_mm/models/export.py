@@ -132,6 +132,7 @@ def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
     pretrained_cfg = dict(next(cfg for tag, cfg in PRETRAINED[family].items()
                                if tag.split('.')[0] == timm_name))
     pretrained_cfg.update(num_classes=num_classes, url='')
+    pretrained_cfg.pop('hf_hub_id', None)  # the folder is the source
     if model_args.get('pretrain_img_size'):
         pretrained_cfg['input_size'] = (3, *model_args['pretrain_img_size'])
     stages = [f'stage{i}' for i in range(1, model_cls.num_stages + 1)]

@@ -4,7 +4,6 @@ Most tests use a tiny CMT (a few thousand parameters, one block per stage) so th
 runs in seconds on CPU.
 """
 import math
-import re
 
 import pytest
 import torch
@@ -17,6 +16,7 @@ from cvt_mm.models.cmt import CMT
 from cvt_mm.models.fast.matrix_resize import resize_relative_pos
 
 from helpers import load_tool
+from layouts import cmt_official_key
 
 convert_weights = load_tool('model_converters/convert_weights')
 
@@ -241,36 +241,9 @@ def test_bias_cache_is_bounded():
 
 
 # ------------------------------------------------------------------------------ checkpoints
-def _official_key(key):
-    """Our key -> official huawei-noah key (written from the official key list)."""
-    letters = 'abcd'
-    m = re.match(r'stem\.(\d)\.(conv|bn)\.(.*)', key)
-    if m:
-        kind = 'conv' if m.group(2) == 'conv' else 'norm'
-        return f'stem_{kind}{int(m.group(1)) + 1}.{m.group(3)}'
-    m = re.match(r'stages\.(\d)\.(.*)', key)
-    if m:
-        letter, rest = letters[int(m.group(1))], m.group(2)
-        if rest == 'relative_pos':
-            return f'relative_pos_{letter}'
-        if rest.startswith('patch_embed.'):
-            return f'patch_embed_{letter}.{rest[len("patch_embed."):]}'
-        j, rest = re.match(r'blocks\.(\d+)\.(.*)', rest).groups()
-        for ours, theirs in (('lpu.', 'proj.'), ('attn.sr.conv.', 'attn.sr.0.'),
-                             ('attn.sr.bn.', 'attn.sr.1.'), ('ffn.conv1.conv.', 'mlp.conv1.0.'),
-                             ('ffn.conv1.bn.', 'mlp.conv1.2.'), ('ffn.dwconv_bn.', 'mlp.proj_bn.'),
-                             ('ffn.dwconv.', 'mlp.proj.'), ('ffn.conv2.conv.', 'mlp.conv2.0.'),
-                             ('ffn.conv2.bn.', 'mlp.conv2.1.')):
-            if rest.startswith(ours):
-                rest = theirs + rest[len(ours):]
-                break
-        return f'blocks_{letter}.{j}.{rest}'
-    return key.replace('cls_proj.conv.', '_fc.').replace('cls_proj.bn.', '_bn.')
-
-
 def test_official_layout_round_trips(tmp_path):
     src = randomize_bn(tiny())
-    official = {_official_key(k): v.clone() for k, v in src.state_dict().items()}
+    official = {cmt_official_key(k): v.clone() for k, v in src.state_dict().items()}
     # Spot-check names against the official list.
     for key in ('stem_conv1.weight', 'stem_norm3.running_var', 'patch_embed_d.norm.bias',
                 'relative_pos_c', 'blocks_a.0.proj.weight', 'blocks_a.0.attn.sr.0.weight',
@@ -350,7 +323,7 @@ def official_logits(sd, x, depths, num_heads, sr_ratios):
 
 def test_forward_matches_official_restatement():
     model = randomize_bn(tiny(fast_paths=True)).eval()
-    official = {_official_key(k): v for k, v in model.state_dict().items()}
+    official = {cmt_official_key(k): v for k, v in model.state_dict().items()}
     x = torch.randn(2, 3, 64, 64)
     with torch.no_grad():
         expected = official_logits(official, x, TINY['depths'], TINY['num_heads'],

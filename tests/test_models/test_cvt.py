@@ -17,6 +17,7 @@ from cvt_mm.checkpoint import CheckpointError
 from cvt_mm.models.cvt import CvT
 
 from helpers import load_tool
+from layouts import cvt_to_huggingface, cvt_to_official
 
 TINY = dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 1, 2])
 
@@ -107,48 +108,6 @@ def official_classify(sd, x, num_heads):
     return _linear(_ln(cls[:, 0], sd, 'norm'), sd, 'head')
 
 
-def to_official(sd):
-    return {re.sub(r'^stages\.(\d+)\.', r'stage\1.', k): v for k, v in sd.items()}
-
-
-# Hugging Face transformers' modeling_cvt names, written out in the other direction.
-_HF_BLOCK_PARTS = [
-    ('norm1.', 'layernorm_before.'), ('norm2.', 'layernorm_after.'),
-    ('mlp.fc1.', 'intermediate.dense.'), ('mlp.fc2.', 'output.dense.'),
-    ('attn.proj.', 'attention.output.dense.'),
-] + [(f'attn.conv_proj_{s}.conv.', f'attention.attention.convolution_projection_{n}.'
-      'convolution_projection.convolution.') for s, n in (('q', 'query'), ('k', 'key'),
-                                                          ('v', 'value'))] \
-  + [(f'attn.conv_proj_{s}.bn.', f'attention.attention.convolution_projection_{n}.'
-      'convolution_projection.normalization.') for s, n in (('q', 'query'), ('k', 'key'),
-                                                            ('v', 'value'))] \
-  + [(f'attn.proj_{s}.', f'attention.attention.projection_{n}.')
-     for s, n in (('q', 'query'), ('k', 'key'), ('v', 'value'))]
-
-
-def to_huggingface(sd):
-    out = {}
-    for key, value in sd.items():
-        m = re.match(r'stages\.(\d+)\.blocks\.(\d+)\.(.*)$', key)
-        if m:
-            rest = next(hf + m.group(3)[len(ours):] for ours, hf in _HF_BLOCK_PARTS
-                        if m.group(3).startswith(ours))
-            key = f'cvt.encoder.stages.{m.group(1)}.layers.{m.group(2)}.{rest}'
-        elif key.startswith('norm.'):
-            key = 'layernorm.' + key[len('norm.'):]
-        elif key.startswith('head.'):
-            key = 'classifier.' + key[len('head.'):]
-        else:
-            key = re.sub(r'^stages\.(\d+)\.patch_embed\.proj\.',
-                         r'cvt.encoder.stages.\1.embedding.convolution_embeddings.projection.', key)
-            key = re.sub(r'^stages\.(\d+)\.patch_embed\.norm\.',
-                         r'cvt.encoder.stages.\1.embedding.convolution_embeddings.normalization.',
-                         key)
-            key = re.sub(r'^stages\.(\d+)\.cls_token$', r'cvt.encoder.stages.\1.cls_token', key)
-        out[key] = value.clone()
-    return out
-
-
 def load_via_init_cfg(path, **kwargs):
     model = tiny(init_cfg=dict(type='Pretrained', checkpoint=str(path), **kwargs))
     model.init_weights()
@@ -170,7 +129,7 @@ def source():
 def test_matches_independent_official_forward(source):
     model, x, logits, _ = source
     with torch.no_grad():
-        expected = official_classify(to_official(model.state_dict()), x, TINY['num_heads'])
+        expected = official_classify(cvt_to_official(model.state_dict()), x, TINY['num_heads'])
     torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
 
 
@@ -402,13 +361,13 @@ def _assert_reproduces(path, source, **init_kwargs):
 
 def test_loads_the_official_layout(tmp_path, source):
     path = tmp_path / 'CvT-13-224x224-IN-1k.pth'
-    torch.save(to_official(source[0].state_dict()), path)
+    torch.save(cvt_to_official(source[0].state_dict()), path)
     _assert_reproduces(path, source)
 
 
 @pytest.mark.parametrize('filename', ['model.safetensors', 'pytorch_model.bin'])
 def test_loads_the_huggingface_layout(tmp_path, source, filename):
-    hf = to_huggingface(source[0].state_dict())
+    hf = cvt_to_huggingface(source[0].state_dict())
     # num_batches_tracked is not a weight HF keeps in every export; loading must not need it.
     hf = {k: v for k, v in hf.items() if not k.endswith('num_batches_tracked')}
     path = tmp_path / filename
@@ -515,8 +474,8 @@ def test_missing_unreadable_and_unknown_files(tmp_path):
 
 def test_converter_writes_our_layout(tmp_path, source, capsys):
     converter = load_tool('model_converters/convert_weights')
-    save_file(to_huggingface(source[0].state_dict()), str(tmp_path / 'model.safetensors'))
-    torch.save(to_official(source[0].state_dict()), tmp_path / 'official.pth')
+    save_file(cvt_to_huggingface(source[0].state_dict()), str(tmp_path / 'model.safetensors'))
+    torch.save(cvt_to_official(source[0].state_dict()), tmp_path / 'official.pth')
     for name, fmt in (('model.safetensors', 'cvt-huggingface'), ('official.pth', 'cvt-official')):
         dst = tmp_path / 'out' / (name + '.converted.pth')
         assert converter.main([str(tmp_path / name), str(dst), '--family', 'cvt']) == 0

@@ -153,13 +153,13 @@ def test_held_for_backward_counts_exactly_what_the_graph_keeps():
 
 
 @pytest.mark.slow
-def test_benchmark_backbone_times_hugging_face_cvt_beside_ours(tmp_path, with_transformers5):
+def test_benchmark_backbone_times_hugging_face_cvt_beside_ours(tmp_path):
     small = ("dict(type='CvT', arch=dict(embed_dims=[16, 32, 64], num_heads=[1, 2, 4], "
              "depths=[1, 2, 3]), out_type='logits', num_classes=10)")
     out = tmp_path / 'bench.json'
     proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model', small,
                     '--sizes', '64x64', '--modes', 'infer', 'train', '--runs', '1',
-                    '--warmup', '0', '--vs-hf', '--json', str(out), env=with_transformers5)
+                    '--warmup', '0', '--vs-hf', '--json', str(out))
     results = json.loads(out.read_text())['results']
     assert [(r['path'], r['mode']) for r in results] == [
         ('sdpa', 'infer'), ('hf', 'infer'), ('sdpa', 'train'), ('hf', 'train')]
@@ -375,7 +375,7 @@ def test_train_iter_runs_from_an_installed_package(tmp_path):
 # ------------------------------------------------------------------------- official peers
 # Checkouts of the official repositories (git clone https://github.com/microsoft/CvT,
 # https://github.com/huawei-noah/Efficient-AI-Backbones): the tests that run the official
-# code take them from these variables, and timm from the environment (pip install -e .[peers]).
+# code take them from these variables (timm is in the environment: requirements.txt).
 OFFICIAL_CHECKOUTS = {'cvt': 'CVT_MM_OFFICIAL_CVT', 'cmt': 'CVT_MM_OFFICIAL_CMT'}
 
 
@@ -385,8 +385,6 @@ def official_checkout(family: str) -> str:
     path = os.environ.get(variable)
     if not path:
         pytest.skip(f'{variable} is not set to a checkout of the official {family.upper()} code')
-    pytest.importorskip('timm', reason='the official code imports timm (pip install -e '
-                        '.[peers])')
     return path
 
 
