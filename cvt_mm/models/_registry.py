@@ -72,12 +72,15 @@ def timm_pretrained_cfg(checkpoint: str, first_conv: str, crop_pct: float = 0.87
                 license=entry.licence.lower(), **overrides)
 
 
-def build_timm_model(model_cls: type, variant: str, pretrained: bool, arch, num_stages: int,
-                     **kwargs) -> torch.nn.Module:
-    """A timm entry point's model: ``model_cls(arch=arch, **kwargs)`` built by timm's
+def build_timm_model(model_cls: type, variant: str, pretrained: bool, default_arch,
+                     num_stages: int, **kwargs) -> torch.nn.Module:
+    """A timm entry point's model: ``model_cls(arch=default_arch, **kwargs)`` built by timm's
     ``build_model_with_cfg`` (pretrained weights through ``model_cls.checkpoint_filter``,
-    ``features_only`` through ``forward_intermediates``, every stage by default)."""
+    ``features_only`` through ``forward_intermediates``, every stage by default). An ``arch``
+    among ``kwargs`` (a custom arch a ``local-dir:`` folder's ``model_args`` hold) replaces the
+    entry point's."""
     from timm.models import build_model_with_cfg
+    arch = kwargs.pop('arch', default_arch)
     cfg = kwargs.get('pretrained_cfg')
     if pretrained and isinstance(cfg, dict) and cfg.get('source') == 'local-dir':
         _check_weights_in(cfg.get('file') or '')

@@ -13,8 +13,9 @@ checkpoint has one) and one ``config.json`` that both read, timm's keys (``archi
 
 The checkpoint may be an official file, a Hugging Face ``microsoft/cvt-*`` file, ours, or the
 whole model of a run of our configs (MMDetection, MMSegmentation, MMPretrain), whose
-``backbone.`` weights are taken. The arch is recognised from the weights when it is a row of the
-family's table; a custom arch is given as ``arch``.
+``backbone.`` weights are taken (without the OpenMMLab backbone's output norms,
+``out_norms.*``, which the timm and Hugging Face models do not have). The arch is recognised
+from the weights when it is a row of the family's table; a custom arch is given as ``arch``.
 
 Example::
 
@@ -95,6 +96,10 @@ def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
     sd, _ = extract_state_dict(read_checkpoint(src, family), prefix)
     sd, layout = convert_state_dict(sd, family)
     family = format_family(layout)
+    # The OpenMMLab backbone's optional output norms belong to it (and its dense head), not to
+    # the model timm and transformers build.
+    out_norms = sorted(k for k in sd if k.startswith('out_norms.'))
+    sd = {k: v for k, v in sd.items() if k not in out_norms}
     model_cls = MODELS[family]
     name = _zoo_arch(sd, family)
     if arch is None and name is None:
@@ -151,7 +156,8 @@ def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
     os.makedirs(out_dir, exist_ok=True)
     write_atomically(weights, osp.join(out_dir, 'model.safetensors'))
     write_atomically(json.dumps(config, indent=2) + '\n', osp.join(out_dir, 'config.json'))
-    return dict(config, sha256=hashlib.sha256(weights).hexdigest(), layout=layout)
+    return dict(config, sha256=hashlib.sha256(weights).hexdigest(), layout=layout,
+                dropped=out_norms)
 
 
 def main(argv=None, description: str = __doc__) -> int:
@@ -180,6 +186,9 @@ def main(argv=None, description: str = __doc__) -> int:
     except (CheckpointError, ValueError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 1
+    if written['dropped']:
+        print(f'dropped {len(written["dropped"])} tensors of the OpenMMLab backbone\'s output '
+              'norms (out_norms.*), which the timm and Hugging Face models do not have')
     print(f'{args.checkpoint} ({written["layout"]}) -> {args.out_dir}: model.safetensors '
           f'(sha256 {written["sha256"]}), config.json (timm: local-dir:{args.out_dir}, '
           f'{written["architecture"]}; transformers: {written["architectures"][0]})')
