@@ -18,11 +18,11 @@ verified downloads, MMPretrain's inferencers in their own scope; :mod:`cvt_mm.in
 call it too when you build a ``Runner`` yourself and want the same. Checkpoint I/O (reading,
 downloading, published weights, layouts, loading) is :mod:`cvt_mm.checkpoint`.
 """
-import importlib.util as _util
+from ._imports import installed as _installed
 
 __version__ = '0.1.0'
 
-if _util.find_spec('mmengine') is not None:
+if _installed('mmengine'):
     from . import integration
     from .integration import setup_process
 

@@ -15,11 +15,17 @@ THIRD_PARTY = textwrap.dedent('''
     print(json.dumps([name for name in sys.modules if name.split('.')[0] != 'cvt_mm']))
 ''')
 
-# The packages that registering into the three toolboxes loads without cvt_mm.
+# The packages that registering into the three toolboxes, timm and transformers loads without
+# cvt_mm (MMPretrain's multimodal models off, as they must be beside transformers 5).
 TOOLBOXES = textwrap.dedent('''
     import json, sys
+    from mmpretrain.utils import dependency
+    dependency.WITH_MULTIMODAL = False
     import mmdet.models, mmseg.models, mmpretrain.models  # noqa: F401
     from mmengine.runner import Runner  # noqa: F401
+    import timm.models  # noqa: F401
+    from transformers import AutoBackbone, AutoConfig, AutoModel, PreTrainedModel  # noqa: F401
+    from transformers.backbone_utils import BackboneMixin  # noqa: F401
     print(json.dumps(sorted({name.split('.')[0] for name in sys.modules})))
 ''')
 
@@ -28,7 +34,12 @@ TOOLBOXES = textwrap.dedent('''
 # after setup_process().
 SNAPSHOT = textwrap.dedent('''
     import atexit, importlib, json, os, signal, sys, time, warnings
-    for name in json.loads(sys.argv[1]):
+    # MMPretrain's models import only with its multimodal models off beside transformers 5,
+    # which cvt_mm's import does (tests/test_integration.py): done here first, as the modules
+    # cvt_mm loads are loaded before it.
+    from mmpretrain.utils import dependency
+    dependency.WITH_MULTIMODAL = False
+    for name in json.load(open(sys.argv[1])):
         try:
             importlib.import_module(name)
         except Exception:  # noqa: BLE001 - aliases such as six.moves.* are not importable
@@ -82,19 +93,21 @@ def _run(script: str, *args: str) -> str:
     return proc.stdout
 
 
-def test_import_changes_only_what_the_registered_parts_need_and_setup_process_the_rest():
-    modules = _run(THIRD_PARTY).splitlines()[-1]
-    out = json.loads(_run(SNAPSHOT, modules).splitlines()[-1])
+def test_import_changes_only_what_the_registered_parts_need_and_setup_process_the_rest(tmp_path):
+    modules = tmp_path / 'modules.json'
+    modules.write_text(_run(THIRD_PARTY).splitlines()[-1])
+    out = json.loads(_run(SNAPSHOT, str(modules)).splitlines()[-1])
     # Safe loading of MMEngine's checkpoints (the test below fails without it). MMPretrain's
-    # multimodal switch changes only beside transformers >= 5 (tests/test_integration.py).
+    # multimodal switch is set before the snapshot (see SNAPSHOT; tests/test_integration.py).
     assert out['import_changes'] == ['HistoryBuffer pickling', 'safe globals']
     assert out['setup_changes'] == ['MMPretrain inferencer pipeline', 'checkpoint loaders',
                                     'local storage backend']
 
 
-def test_import_loads_nothing_the_toolboxes_registries_do_not():
-    """Registering into MMDetection's, MMSegmentation's and MMPretrain's registries loads
-    those packages (and what they import); cvt_mm adds no package of its own choosing."""
+def test_import_loads_nothing_the_registries_it_registers_in_do_not():
+    """Registering into MMDetection's, MMSegmentation's and MMPretrain's registries, timm's and
+    transformers' Auto classes loads those packages (and what they import); cvt_mm adds no
+    package of its own choosing."""
     ours = {name.split('.')[0] for name in json.loads(_run(THIRD_PARTY).splitlines()[-1])}
     toolboxes = set(json.loads(_run(TOOLBOXES).splitlines()[-1]))
     assert ours - toolboxes == set()
@@ -129,3 +142,32 @@ def test_mmengine_training_state_loads_safely_only_with_cvt_mm(tmp_path):
     with_ = _run(RESUME_STATE.replace('sys.argv[1]', "'with'").replace(
         'sys.argv[2]', repr(str(tmp_path / 'b.pth'))))
     assert with_.strip() == 'loaded 0.3333333333333333', with_
+
+
+WITHOUT_OPENMMLAB = textwrap.dedent('''
+    import sys
+    class NoOpenMMLab:  # as where only torch, timm and transformers are installed
+        def find_spec(self, name, path=None, target=None):
+            if name.split('.')[0] in ('mmengine', 'mmcv', 'mmdet', 'mmseg', 'mmpretrain'):
+                raise ModuleNotFoundError(f"No module named '{name}'")
+    sys.meta_path.insert(0, NoOpenMMLab())
+    import json, torch, timm
+    import cvt_mm
+    from transformers import AutoModel
+    from cvt_mm.models import CMT, CvTModel
+    from cvt_mm.models.huggingface import CvTBackboneConfig
+    logits = timm.create_model('cvt_13', num_classes=3).eval()(torch.randn(1, 3, 64, 64))
+    maps = AutoModel.from_config(CvTBackboneConfig(out_indices=[0, 1, 2]))(
+        torch.randn(1, 3, 64, 64)).feature_maps
+    pyramid = CMT('ti').eval()(torch.randn(1, 3, 64, 64))
+    print(json.dumps([tuple(logits.shape), len(maps), len(pyramid),
+                      sorted({m.split('.')[0] for m in sys.modules} & {'mmengine', 'mmcv'})]))
+''')
+
+
+def test_the_models_need_no_openmmlab():
+    """Without MMEngine, mmcv and the toolboxes, ``import cvt_mm`` registers the timm models
+    and the Hugging Face backbones, and the OpenMMLab backbones still build and run (their
+    ``init_cfg`` needs MMEngine only for its own initialisers)."""
+    out = json.loads(_run(WITHOUT_OPENMMLAB).splitlines()[-1])
+    assert out == [[1, 3], 3, 4, []]

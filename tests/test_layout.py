@@ -85,7 +85,7 @@ def test_lower_layers_do_not_import_higher_ones():
         if name.startswith('cvt_mm.checkpoint'):
             assert not {t for t in targets if not t.startswith('cvt_mm.checkpoint')}, name
         if name.startswith('cvt_mm.models'):
-            allowed = ('cvt_mm.models', 'cvt_mm.checkpoint', 'cvt_mm.registry')
+            allowed = ('cvt_mm.models', 'cvt_mm.checkpoint', 'cvt_mm.registry', 'cvt_mm._imports')
             assert all(t.startswith(allowed) for t in targets), (name, targets)
 
 
@@ -132,3 +132,25 @@ def test_no_tool_imports_another_tool():
             elif isinstance(node, ast.ImportFrom) and not node.level:
                 imported.add((node.module or '').split('.')[0])
         assert not imported & names, (path, imported & names)
+
+
+# Inside cvt_mm.models, each level imports only the levels below it (docs/development.md).
+MODEL_LEVELS = [
+    {'layers', '_helpers'},
+    {'fast', 'fast.attention', 'fast.quick_gelu', 'fast.recomputation', 'fast.matrix_resize',
+     'fast.relative_position_bias'},
+    {'backbone', '_registry'},
+    {'cvt', 'cmt'},
+    {'huggingface', 'export'},
+]
+
+
+def test_the_models_import_one_way():
+    level_of = {f'cvt_mm.models.{m}': i for i, level in enumerate(MODEL_LEVELS) for m in level}
+    assert set(level_of) | {'cvt_mm.models'} == {n for n in MODULES
+                                                 if n.startswith('cvt_mm.models')}
+    for name, level in level_of.items():
+        # Strictly lower levels; the fast package's modules may use one another.
+        not_below = {t for t in GRAPH[name] if t in level_of and level_of[t] >= level
+                     and not (level_of[t] == level == 1)}
+        assert not not_below, f'{name} imports {sorted(not_below)}'

@@ -8,7 +8,7 @@ their registrations, each where the library is installed:
 
 The speed machinery sits one step away, in :mod:`.fast`.
 """
-from ._registry import installed
+from .._imports import installed
 from .cmt import CMT, CMTModel
 from .cvt import CvT, CvTModel
 

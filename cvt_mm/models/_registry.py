@@ -8,7 +8,6 @@ checkpoints as timm's metadata), :func:`build_timm_model` and :func:`timm_checkp
 """
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import sys
@@ -17,24 +16,15 @@ from typing import Callable, Dict, Iterable, Sequence
 
 import torch
 
+from .._imports import installed
 from ..checkpoint.loading import arch_of, convert_for, fit_state_dict
 from ..checkpoint.published import published_by_name
 
-__all__ = ['installed', 'register_mmengine', 'register_timm', 'timm_pretrained_cfg',
+__all__ = ['register_mmengine', 'register_timm', 'timm_pretrained_cfg',
            'build_timm_model', 'timm_checkpoint_filter']
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
-
-
-def installed(package: str) -> bool:
-    """Whether ``package`` can be imported, without importing it."""
-    if package in sys.modules:
-        return True
-    try:
-        return importlib.util.find_spec(package) is not None
-    except (ImportError, ValueError):
-        return False
 
 
 def register_mmengine(cls: type) -> None:
