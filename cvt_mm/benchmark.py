@@ -15,8 +15,9 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   compilation reported apart; ``--vs-hf`` adds Hugging Face's CvT classifier at the same
   arch (:class:`HFCvtLogits`; path ``hf``) and ``--official PATH`` the official model run
   from a checkout (path ``official``; :mod:`cvt_mm.benchmark_peers`), each with its time over
-  ours; ``--rounds N`` runs every case N times, alternated (ours, then the peers), and
-  prints the medians and the peers' ratios from them.
+  ours; ``--entry-points`` adds the same model through timm and transformers (paths ``timm``,
+  ``hf-backbone``), each with its time over ours; ``--rounds N`` runs every case N times,
+  alternated (ours, then the peers), and prints the medians and the peers' ratios from them.
 * ``train-iter``: one training iteration of a head (``--head``: Mask R-CNN by default,
   Cascade Mask R-CNN, DINO 4-scale, Mask2Former on COCO and ADE20K, Semantic FPN) with
   CvT-13, CMT-S and the toolbox's Swin-T of that head, side by side (:data:`TRAIN_ITER_CONFIGS`;
@@ -407,7 +408,7 @@ def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compi
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
-    if model_cfg['type'] in ('HFCvtLogits', 'OfficialLogits'):
+    if model_cfg['type'] in ('HFCvtLogits', 'OfficialLogits', 'EntryPoint'):
         model = build_peer(model_cfg)
     else:
         model = MODELS.build(dict(model_cfg, fast_paths=path == 'sdpa'))
@@ -629,6 +630,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="also time Hugging Face's CvtForImageClassification at the same arch "
                    "(--model a CvT with out_type='logits'; needs transformers) and print "
                    'its time over ours')
+    b.add_argument('--entry-points', action='store_true',
+                   help='also time the same model through timm (timm.create_model, '
+                   'features_only for maps) and transformers (AutoModel on our backbone '
+                   'config; maps only), --model a CvT or CMT with a named arch, and print '
+                   'each time over ours')
     b.add_argument('--official', metavar='PATH',
                    help='also time the official model at the same arch (--model a CvT or CMT '
                    "with out_type='logits'), run from PATH, the root of a checkout of "
@@ -735,7 +741,7 @@ def _median_of_rounds(runs: List[dict]) -> dict:
 
 def _backbone_line(res: dict, label: str, path: str, mode_label: str) -> str:
     bwd = f'{res["bwd_s"]:7.2f}' if res['bwd_s'] is not None else f'{"-":>7}'
-    line = (f'{label:>9} {path:>9} {mode_label:>13} {res["gflop"]:8.1f} '
+    line = (f'{label:>9} {path:>11} {mode_label:>13} {res["gflop"]:8.1f} '
             f'{res["fwd_s"]:7.2f} {bwd} {res["gflops_per_s"]:8.1f} '
             f'{res["peak_gib"]:9.2f} {res["model_gib"]:10.2f}')
     if res.get('held_gib'):
@@ -757,6 +763,8 @@ def _backbone(args) -> int:
                                        args.warmup, args.runs, args.threads, args.profile)))
         return 0
     peers = (['hf'] if args.vs_hf else []) + (['official'] if args.official else [])
+    if args.entry_points:
+        peers += ['timm'] + ([] if args.model.get('out_type') == 'logits' else ['hf-backbone'])
     try:  # what the peers cannot run is said before anything runs
         for peer in peers:
             for size in args.sizes:
@@ -776,7 +784,7 @@ def _backbone(args) -> int:
         f'  rounds: {args.rounds} (each case in its own process, ours then the peers)'
         if args.rounds > 1 else ''))
     rates = _print_machine(args.threads, args.thp)
-    header = (f'{"size":>9} {"path":>9} {"mode":>13} {"GFLOP":>8} {"fwd s":>7} {"bwd s":>7} '
+    header = (f'{"size":>9} {"path":>11} {"mode":>13} {"GFLOP":>8} {"fwd s":>7} {"bwd s":>7} '
               f'{"GFLOP/s":>8} {"peak GiB":>9} {"model GiB":>10} {"held GiB":>9}')
     runs, lines = {}, [header]
     print(header, flush=True)
@@ -790,7 +798,7 @@ def _backbone(args) -> int:
                              [size, path, mode, compiled], args.thp)
             prefix = f'round {round_ + 1}: ' if args.rounds > 1 else ''
             if proc.returncode != 0:
-                lines.append(f'{prefix}{label:>9} {path:>9} {mode_label:>13} failed: exit '
+                lines.append(f'{prefix}{label:>9} {path:>11} {mode_label:>13} failed: exit '
                              f'{proc.returncode}, {_failure(proc)}')
                 print(lines[-1], flush=True)
                 continue

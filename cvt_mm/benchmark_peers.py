@@ -3,6 +3,10 @@
 our ``--model``:
 
 * Hugging Face's CvT (``--vs-hf``, path ``hf``): :class:`HFCvtLogits`, needs transformers.
+* Our own models through timm and Hugging Face (``--entry-points``, paths ``timm`` and
+  ``hf-backbone``): :class:`EntryPoint`, ``timm.create_model`` (``features_only`` for a
+  feature-map ``--model``) and transformers' ``AutoModel`` on our backbone config, the same
+  modules as ours by another door, which must cost the same.
 * The official code (``--official PATH``, path ``official``): :class:`OfficialLogits`, built
   by running, unmodified, the model file of a local checkout (nothing is downloaded):
 
@@ -33,13 +37,16 @@ from typing import Optional, Sequence
 
 import torch
 
-__all__ = ['HFCvtLogits', 'hf_peer_config', 'OfficialLogits', 'official_family',
-           'official_peer_config', 'load_official_module', 'build_official', 'peer_config',
-           'build_peer', 'PEER_PATHS', 'PEER_NAMES']
+__all__ = ['HFCvtLogits', 'hf_peer_config', 'EntryPoint', 'entry_point_config',
+           'OfficialLogits', 'official_family', 'official_peer_config', 'load_official_module',
+           'build_official', 'peer_config', 'build_peer', 'PEER_PATHS', 'PEER_NAMES',
+           'ENTRY_POINTS']
 
 # The attention paths of the peers in the tool's table, and how the table names them.
-PEER_PATHS = ('hf', 'official')
-PEER_NAMES = {'hf': 'Hugging Face', 'official': 'official'}
+ENTRY_POINTS = ('timm', 'hf-backbone')
+PEER_PATHS = ('hf', 'official') + ENTRY_POINTS
+PEER_NAMES = {'hf': 'Hugging Face', 'official': 'official', 'timm': 'timm',
+              'hf-backbone': 'Hugging Face backbone'}
 
 # What identifies a checkout, and the file whose model is run.
 OFFICIAL_FILES = {'cvt': 'lib/models/cls_cvt.py', 'cmt': 'cmt_pytorch/cmt.py'}
@@ -102,6 +109,67 @@ def _check_logits(model_cfg: dict, option: str, whose: str) -> None:
     if model_cfg.get('out_type') != 'logits':
         raise ValueError(f"{option} times {whose} classifier: give --model "
                          "out_type='logits' so that both do the same work")
+
+
+# ------------------------------------------------------------------------- entry points
+class EntryPoint(torch.nn.Module):
+    """Our model of ``cfg`` built through timm or transformers, returning a tuple as our
+    backbones do: the maps of ``out_indices`` (stage order), or ``(logits, )`` (timm only).
+
+    Example::
+
+        >>> maps = EntryPoint(dict(via='timm', name='cmt_s', out_indices=[0, 1, 2, 3]))(x)
+    """
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        self.via, self.in_channels = cfg['via'], 3
+        family, arch = cfg['name'].split('_', 1)
+        if self.via == 'timm':
+            import timm
+            kwargs = dict(num_classes=cfg['num_classes']) if cfg['logits'] else dict(
+                features_only=True, out_indices=cfg['out_indices'])
+            self.model = timm.create_model(cfg['name'], fast_paths=cfg['fast_paths'],
+                                           **cfg['model_kwargs'], **kwargs)
+        else:
+            from transformers import AutoModel
+
+            from cvt_mm.models.huggingface import CONFIGS
+            self.model = AutoModel.from_config(CONFIGS[family](
+                arch=cfg['arch'], out_indices=cfg['out_indices'], fast_paths=cfg['fast_paths'],
+                model_kwargs=cfg['model_kwargs']))
+
+    def forward(self, x: torch.Tensor) -> tuple:
+        if self.via == 'timm':
+            out = self.model(x)
+            return tuple(out) if isinstance(out, list) else (out, )
+        return tuple(self.model(x).feature_maps)
+
+
+def entry_point_config(path: str, model_cfg: dict, fast_paths: bool = True) -> dict:
+    """The config of our ``model_cfg`` (a CvT or CMT with a named arch, without output norms:
+    timm and transformers build neither) through ``path`` (``'timm'``, ``'hf-backbone'``)."""
+    from cvt_mm.models.export import TIMM_NAMES
+    family = str(model_cfg.get('type')).lower()
+    arch = model_cfg.get('arch', {'cvt': '13', 'cmt': 's'}.get(family))
+    if family not in TIMM_NAMES or not isinstance(arch, str):
+        raise ValueError(f'--entry-points builds our model through timm and transformers by '
+                         f'name, so --model must be a CvT or CMT with a named arch, got '
+                         f'{model_cfg!r}')
+    if model_cfg.get('out_norm_cfg'):
+        raise ValueError('--entry-points: timm and transformers build no output norms; give '
+                         '--model without out_norm_cfg, so that all do the same work')
+    logits = model_cfg.get('out_type') == 'logits'
+    if logits and path == 'hf-backbone':
+        raise ValueError("--entry-points: a transformers backbone returns maps, not logits; "
+                         "give --model with out_type='featmap' (the default)")
+    num_stages = 3 if family == 'cvt' else 4
+    model_kwargs = {k: model_cfg[k] for k in ('drop_path_rate', 'pretrain_img_size',
+                                              'selective_cp') if k in model_cfg}
+    return dict(type='EntryPoint', via=path, name=TIMM_NAMES[family][arch], arch=arch,
+                logits=logits, num_classes=model_cfg.get('num_classes', 1000),
+                out_indices=sorted(model_cfg.get('out_indices', range(num_stages))),
+                model_kwargs=model_kwargs, fast_paths=fast_paths)
 
 
 # ------------------------------------------------------------------------- official code
@@ -281,6 +349,8 @@ def peer_config(path: str, model_cfg: dict, size: Sequence[int],
         return hf_peer_config(model_cfg)
     if path == 'official':
         return official_peer_config(model_cfg, official, size)
+    if path in ENTRY_POINTS:
+        return entry_point_config(path, model_cfg)
     raise ValueError(f'no peer is named {path!r}; peers: {PEER_PATHS}')
 
 
@@ -290,4 +360,6 @@ def build_peer(cfg: dict) -> torch.nn.Module:
         return HFCvtLogits(cfg['arch'], cfg['num_classes'])
     if cfg['type'] == 'OfficialLogits':
         return OfficialLogits(cfg)
+    if cfg['type'] == 'EntryPoint':
+        return EntryPoint(cfg)
     raise ValueError(f'not a peer config: {cfg!r}')

@@ -182,6 +182,39 @@ def test_benchmark_backbone_refuses_what_hugging_face_cannot_run(model, message)
 
 
 @pytest.mark.slow
+def test_benchmark_backbone_times_the_timm_and_hugging_face_entry_points(tmp_path):
+    """The same model through timm and transformers, each in a process of its own: the same
+    parameters and work as ours, and each one's time over ours."""
+    out = tmp_path / 'bench.json'
+    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model',
+                    "dict(type='CMT', arch='ti', num_classes=0)", '--sizes', '64x96',
+                    '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
+                    '--entry-points', '--json', str(out))
+    results = json.loads(out.read_text())['results']
+    assert [(r['path'], r['mode']) for r in results] == [
+        (path, mode) for mode in ('infer', 'train') for path in ('sdpa', 'timm', 'hf-backbone')]
+    for mode in ('infer', 'train'):
+        ours, *others = [r for r in results if r['mode'] == mode]
+        for other in others:
+            assert other['gflop'] == pytest.approx(ours['gflop'], rel=1e-6)
+            wall = [r['fwd_s'] + (r['bwd_s'] or 0) for r in (ours, other)]
+            assert other['peer_over_ours'] == pytest.approx(wall[1] / wall[0])
+    assert proc.stdout.count('timm / ours') == 2
+    assert proc.stdout.count('Hugging Face backbone / ours') == 2
+
+
+@pytest.mark.parametrize('model,message', [
+    ("dict(type='CvT', arch=dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], "
+     "depths=[1, 1, 1]))", 'a CvT or CMT with a named arch'),
+    ("dict(type='CMT', arch='s', out_norm_cfg=dict(type='LN'))", 'without out_norm_cfg'),
+])
+def test_benchmark_backbone_refuses_entry_points_that_would_do_other_work(model, message):
+    benchmark = load_tool('analysis_tools/benchmark')
+    with pytest.raises(SystemExit, match=re.escape(message)):
+        benchmark.main(['backbone', '--model', model, '--entry-points'])
+
+
+@pytest.mark.slow
 def test_benchmark_train_iter_compares_with_swin_t(tmp_path):
     out = tmp_path / 'iter.json'
     proc = run_tool('tools/analysis_tools/benchmark.py', 'train-iter', '--models', 'cmt_s',
