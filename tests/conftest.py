@@ -80,3 +80,20 @@ def dist_train(tiny_data, tmp_path_factory):
         return runs[base]
 
     return run
+
+
+@pytest.fixture
+def checkpoint_calls(monkeypatch):
+    """A list that grows by one at each call of ``torch.utils.checkpoint.checkpoint`` (what
+    ``with_cp``, timm's ``set_grad_checkpointing`` and transformers'
+    ``gradient_checkpointing_enable`` run, one call per recomputed block)."""
+    import torch.utils.checkpoint
+    calls = []
+    original = torch.utils.checkpoint.checkpoint
+
+    def counting(*args, **kwargs):
+        calls.append(1)
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(torch.utils.checkpoint, 'checkpoint', counting)
+    return calls

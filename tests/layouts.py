@@ -1,7 +1,25 @@
 """The published checkpoint layouts, written out from our keys in the other direction than
 the loaders read them (from the official key lists and transformers' modeling_cvt names), so
-that a test can store a model in any layout users download."""
+that a test can store a model in any layout users download; and weights random enough that a
+tensor loaded into the wrong place shows."""
 import re
+
+import torch
+
+
+def randomized(model):
+    """Every parameter and BatchNorm statistic of ``model`` random (seeded); ``model`` in eval
+    mode."""
+    g = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for name, t in model.state_dict().items():
+            if name.endswith('num_batches_tracked'):
+                continue
+            if name.endswith('running_var'):
+                t.copy_(torch.rand(t.shape, generator=g) + 0.5)
+            else:
+                t.copy_(torch.randn(t.shape, generator=g) * 0.2)
+    return model.eval()
 
 
 def cvt_to_official(sd):

@@ -20,7 +20,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 from ..checkpoint.loading import load_pretrained
-from ._helpers import check_choice
+from ._helpers import check_choice, take_indices
 from .layers import nchw_to_nlc, nlc_to_nchw
 
 InitCfg = Optional[Union[dict, List[dict]]]
@@ -31,25 +31,11 @@ __all__ = ['PyramidBackbone', 'check_indices', 'check_init_cfg', 'layer_depth']
 def check_indices(name: str, indices, num_stages: int) -> tuple:
     """``out_indices`` of an OpenMMLab backbone: an int is one stage, a sequence those stages in
     the order given (negatives count from the end); a ``ValueError`` names the valid range."""
-    if isinstance(indices, int):
-        indices = (indices, )
-    try:
-        indices = tuple(int(i) for i in indices)
-    except TypeError:
-        raise ValueError(f'{name} must be an int or a sequence of ints, got {indices!r}')
-    if not indices:
-        raise ValueError(f'{name} is empty; name at least one of the stages '
-                         f'0..{num_stages - 1}')
-    out = []
-    for i in indices:
-        j = i + num_stages if i < 0 else i
-        if not 0 <= j < num_stages:
-            raise ValueError(f'{name} contains {i}, but the model has {num_stages} stages '
-                             f'(allowed: 0..{num_stages - 1} or -{num_stages}..-1)')
-        out.append(j)
-    if len(set(out)) != len(out):
-        raise ValueError(f'{name}={indices!r} repeats a stage')
-    return tuple(out)
+    if indices is None:
+        raise ValueError(f'{name} must be an int or a sequence of ints, got None')
+    indices = (indices, ) if isinstance(indices, int) else indices
+    take_indices(num_stages, indices, name)  # the checks, in timm's convention
+    return tuple(int(i) + num_stages if int(i) < 0 else int(i) for i in indices)
 
 
 def check_init_cfg(init_cfg: InitCfg) -> InitCfg:

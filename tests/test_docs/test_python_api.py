@@ -115,12 +115,14 @@ def page_runs(user_dir, tmp_path_factory):
 
 
 def test_the_page_scripts_are_users_scripts():
-    """They name our configs through the placeholder path, and do not import cvt_mm: the
-    configs' custom_imports do. The script of several toolboxes in one process calls
-    ``cvt_mm.setup_process()``, which the import alone does not."""
+    """They name our configs through the placeholder path and import cvt_mm before any
+    toolbox (beside transformers 5, the suite's, the toolboxes' models import only after it).
+    The script of several toolboxes in one process calls ``cvt_mm.setup_process()``, which the
+    import alone does not."""
     for key, script in page_scripts().items():
         assert f"configs = '{PLACEHOLDER}/configs'" in script, key
-        assert ('import cvt_mm' in script) == (key == 'all'), key
+        assert script.startswith('import cvt_mm'), key
+        assert ('setup_process()' in script) == (key == 'all'), key
     # The script with the three toolboxes builds MMPretrain's after the two others: the order
     # that fails without cvt_mm.
     script = page_scripts()['all']
@@ -200,6 +202,10 @@ def test_three_toolboxes_in_one_process_predict_what_each_predicts_alone(page_ru
 # The toolboxes' own configs: nothing in this script imports cvt_mm.
 WITHOUT_CVT_MM = '''
 import sys
+# What import cvt_mm does first: beside transformers 5, MMPretrain's (and so MMDetection's)
+# models import only with MMPretrain's multimodal models off.
+from mmpretrain.utils import dependency
+dependency.WITH_MULTIMODAL = False
 from mmengine.hub import get_config
 from mmengine.registry import DefaultScope
 from mmdet.apis import DetInferencer

@@ -3,7 +3,6 @@ checks, the head without classes, init_cfg forms, initialisation bookkeeping and
 activation checkpointing runs."""
 import pytest
 import torch
-import torch.utils.checkpoint
 from mmengine.model import BaseModule
 from torch import nn
 
@@ -82,21 +81,13 @@ def test_a_list_init_cfg_is_applied_and_init_runs_once(cls):
 
 
 @BACKBONES
-def test_activation_checkpointing_runs_only_when_a_backward_can_follow(cls, monkeypatch):
-    calls = []
-    original = torch.utils.checkpoint.checkpoint
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(torch.utils.checkpoint, 'checkpoint', counting)
+def test_activation_checkpointing_runs_only_when_a_backward_can_follow(cls, checkpoint_calls):
     model = build(cls, with_cp=True)
     x = torch.randn(2, 3, 64, 64)
     model.train()(x)
-    trained = len(calls)
+    trained = len(checkpoint_calls)
     assert trained == sum(len(stage.blocks) for stage in model.stages)
     with torch.no_grad():
         model.train()(x)
     model.eval()(x)
-    assert len(calls) == trained  # no recomputation without a backward to serve
+    assert len(checkpoint_calls) == trained  # no recomputation without a backward to serve

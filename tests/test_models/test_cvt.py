@@ -17,23 +17,9 @@ from cvt_mm.checkpoint import CheckpointError
 from cvt_mm.models.cvt import CvT
 
 from helpers import load_tool
-from layouts import cvt_to_huggingface, cvt_to_official
+from layouts import cvt_to_huggingface, cvt_to_official, randomized
 
 TINY = dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 1, 2])
-
-
-def randomized(model):
-    """Every parameter and BatchNorm statistic random, so a wrongly mapped tensor shows."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, t in model.state_dict().items():
-            if name.endswith('num_batches_tracked'):
-                continue
-            if name.endswith('running_var'):
-                t.copy_(torch.rand(t.shape, generator=g) + 0.5)
-            else:
-                t.copy_(torch.randn(t.shape, generator=g) * 0.2)
-    return model.eval()
 
 
 def tiny(**kwargs):

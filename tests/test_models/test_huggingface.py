@@ -29,21 +29,12 @@ from cvt_mm.models.huggingface import (
 )
 
 from helpers import ROOT
+from layouts import randomized
 
 TINY_CVT = dict(embed_dims=[16, 32, 48], num_heads=[1, 2, 3], depths=[1, 2, 3])
 TINY_CMT = dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8], depths=[1, 1, 1, 1],
                 stem_channels=8, fc_channels=32)
 X = torch.randn(2, 3, 97, 131, generator=torch.Generator().manual_seed(1))
-
-
-def randomized(model):
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, t in model.state_dict().items():
-            if not name.endswith('num_batches_tracked'):
-                t.copy_(torch.rand(t.shape, generator=g) + 0.5 if name.endswith('running_var')
-                        else torch.randn(t.shape, generator=g) * 0.2)
-    return model.eval()
 
 
 def test_the_backbone_interface_of_transformers():
@@ -148,20 +139,12 @@ def test_hugging_face_s_own_cvt_folders_load(tmp_path):
         CvTBackbone.from_pretrained(empty)
 
 
-def test_gradient_checkpointing_enable_recomputes_the_blocks(monkeypatch):
-    calls = []
-    original = torch.utils.checkpoint.checkpoint
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(torch.utils.checkpoint, 'checkpoint', counting)
+def test_gradient_checkpointing_enable_recomputes_the_blocks(checkpoint_calls):
     backbone = CvTBackbone(CvTBackboneConfig(arch=TINY_CVT, out_indices=[0, 1, 2]))
     backbone.gradient_checkpointing_enable()
     backbone.train()
     sum(f.mean() for f in backbone(X).feature_maps).backward()
-    assert len(calls) == sum(TINY_CVT['depths'])
+    assert len(checkpoint_calls) == sum(TINY_CVT['depths'])
 
 
 def test_without_transformers_import_cvt_mm_works_and_loads_none_of_it():

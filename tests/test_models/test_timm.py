@@ -22,21 +22,9 @@ from cvt_mm.models import CMTModel, CvTModel
 from cvt_mm.models.backbone import layer_depth
 
 from helpers import ROOT
-from layouts import cmt_to_official, cvt_to_huggingface, cvt_to_official
+from layouts import cmt_to_official, cvt_to_huggingface, cvt_to_official, randomized
 
 NAMES = ['cvt_13', 'cvt_21', 'cvt_w24', 'cmt_ti', 'cmt_xs', 'cmt_s', 'cmt_b']
-
-
-def randomized(model):
-    """Every tensor random (BatchNorm statistics too), so a misplaced one shows."""
-    g = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for name, t in model.state_dict().items():
-            if name.endswith('num_batches_tracked'):
-                continue
-            t.copy_(torch.rand(t.shape, generator=g) + 0.5 if name.endswith('running_var')
-                    else torch.randn(t.shape, generator=g) * 0.2)
-    return model.eval()
 
 
 @pytest.fixture(scope='module')
@@ -178,15 +166,7 @@ def test_forward_intermediates_head_and_pruning_follow_timm(cvt13, cmt_ti):
         model.reset_classifier(3, 'max')
 
 
-def test_set_grad_checkpointing_recomputes_each_block_with_the_same_gradients(monkeypatch):
-    calls = []
-    original = torch.utils.checkpoint.checkpoint
-
-    def counting(*args, **kwargs):
-        calls.append(1)
-        return original(*args, **kwargs)
-
-    monkeypatch.setattr(torch.utils.checkpoint, 'checkpoint', counting)
+def test_set_grad_checkpointing_recomputes_each_block_with_the_same_gradients(checkpoint_calls):
     grads = []
     for enable in (False, True):
         torch.manual_seed(0)
@@ -195,7 +175,7 @@ def test_set_grad_checkpointing_recomputes_each_block_with_the_same_gradients(mo
         model.train()(torch.randn(2, 3, 64, 64, generator=torch.Generator().manual_seed(2))
                       ).square().mean().backward()
         grads.append([p.grad for p in model.parameters()])
-    assert len(calls) == sum(model.depths)
+    assert len(checkpoint_calls) == sum(model.depths)
     for a, b in zip(*grads):
         torch.testing.assert_close(a, b)
 

@@ -100,14 +100,14 @@ fi
 # 3. Everything else, then this package in editable mode.
 # torch/torchvision are left out here: step 1 settled them, and `===` would not accept a
 # local build such as 2.13.0+cu126.
-step "[3/3] installing the OpenMMLab toolboxes, the test and deploy extras, and cvt_mm (editable)"
+step "[3/3] installing the OpenMMLab toolboxes, timm, transformers, smp, the test and deploy extras, and cvt_mm (editable)"
 "${pip[@]}" install -q -r <(grep -vE '^(torch|torchvision)[=<>!~ ]' requirements.txt)
 "${pip[@]}" install -q --no-deps -e .
 # The `tests` and `deploy` extras (pytest, ruff, tensorboard; ONNX export, which the suite
 # runs): their bounds live in pyproject.toml, and the package's own dependencies are met by
 # now, so this adds only those.
 "${pip[@]}" install -q -e ".[tests,deploy]"
-"$VENV/bin/python" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm, onnxruntime, onnxscript" \
+"$VENV/bin/python" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm, onnxruntime, onnxscript, timm, transformers, segmentation_models_pytorch" \
     || { echo "setup_env: the environment in $VENV does not import; see the errors above" >&2; exit 1; }
 step done
 echo "$want" > "$stamp"
