@@ -13,6 +13,7 @@ from transformers import AutoModel
 
 import cvt_mm  # noqa: F401
 from cvt_mm.models import CMTModel, CvTModel
+from cvt_mm.models.export import main
 from cvt_mm.models.huggingface import CMTBackbone
 
 from helpers import CONFIGS, run_tool, write_checkpoint
@@ -91,7 +92,8 @@ def test_a_custom_arch_needs_naming_and_then_loads_everywhere(tmp_path):
                            source.forward_intermediates(X, intermediates_only=True)[-1])
 
 
-def test_bad_inputs_say_what_is_wrong(tmp_path):
+def test_bad_inputs_say_what_is_wrong(tmp_path, capsys):
+    """The tool's main (what the command runs), in this process."""
     (tmp_path / 'a_file').write_text('x')
     torch.save({'fc.weight': torch.zeros(2, 2)}, tmp_path / 'resnet.pth')
     for args, message in (
@@ -99,11 +101,11 @@ def test_bad_inputs_say_what_is_wrong(tmp_path):
             ((tmp_path / 'resnet.pth', tmp_path / 'out'), 'cannot recognise the checkpoint'),
             ((tmp_path / 'resnet.pth', tmp_path / 'a_file'), 'is a file; export_pretrained '
                                                               'writes a folder')):
-        proc = export(*args, expect_success=False)
-        assert proc.returncode == 1 and message in proc.stderr, proc.stderr
-    proc = export(tmp_path / 'resnet.pth', tmp_path / 'out', '--arch', '{bad',
-                  expect_success=False)
-    assert proc.returncode == 2 and '--arch is not valid JSON' in proc.stderr
+        assert main(list(map(str, args))) == 1
+        assert message in capsys.readouterr().err
+    with pytest.raises(SystemExit) as exit_:
+        main([str(tmp_path / 'resnet.pth'), str(tmp_path / 'out'), '--arch', '{bad'])
+    assert exit_.value.code == 2 and '--arch is not valid JSON' in capsys.readouterr().err
 
 
 @pytest.fixture(autouse=True)
