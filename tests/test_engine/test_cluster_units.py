@@ -819,6 +819,8 @@ def test_a_save_removes_what_killed_saves_left_and_keeps_live_ones(tmp_path):
     live = writer('iter_4.pth')  # another save still being written
     try:
         being_written = [p for p in _parts(tmp_path) if p not in left]
+        # The live writer's part file is there, so that keeping it is something to check.
+        assert len(being_written) == 1, _parts(tmp_path)
         from cvt_mm.checkpoint.io import write_atomically
         write_atomically(b'{}', tmp_path / 'heartbeat.json')  # the next save
         assert _parts(tmp_path) == being_written, \
