@@ -482,6 +482,33 @@ def test_the_official_model_is_ours_with_other_names(family, arch, size):
         torch.testing.assert_close(ours.eval()(x)[0], peer.eval()(x)[0], atol=1e-4, rtol=1e-4)
 
 
+def test_the_hugging_face_peer_is_ours_but_for_its_activation():
+    """Hugging Face's CvT, which ``--vs-hf`` times, holds our parameters under its names (its
+    random weights, converted by our converter, load into ours with nothing left over or
+    missing) and, with the QuickGELU the official weights were trained with in place of its
+    exact GELU, gives our logits: the same work."""
+    from cvt_mm.benchmark_peers import HFCvtLogits
+    from cvt_mm.checkpoint.formats import convert_state_dict
+    from cvt_mm.models.layers import QuickGELU
+    torch.manual_seed(0)
+    peer = HFCvtLogits('13', num_classes=10).eval()
+    ours = CvT(arch='13', out_type='logits', num_classes=10).eval()
+    state, fmt = convert_state_dict(peer.model.state_dict())
+    assert fmt == 'cvt-huggingface'
+    ours.load_state_dict(state, strict=True)
+    assert sum(p.numel() for p in ours.parameters()) == \
+        sum(p.numel() for p in peer.parameters())
+    swapped = 0
+    for module in peer.model.modules():
+        if isinstance(getattr(module, 'activation', None), torch.nn.GELU):
+            module.activation = QuickGELU()
+            swapped += 1
+    assert swapped == sum(ours.depths)  # one per block's MLP
+    x = torch.randn(2, 3, 96, 96)
+    with torch.no_grad():
+        torch.testing.assert_close(ours(x)[0], peer(x)[0], atol=1e-4, rtol=1e-4)
+
+
 @pytest.mark.slow
 def test_benchmark_backbone_alternates_ours_and_the_official_cmt(tmp_path):
     """``--official`` with ``--rounds 2``: ours, official, ours, official, each in its own
