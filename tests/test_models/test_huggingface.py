@@ -137,6 +137,10 @@ def test_hugging_face_s_own_cvt_folders_load(tmp_path):
     with pytest.raises(FileNotFoundError, match='neither model.safetensors nor '
                                                 'pytorch_model.bin'):
         CvTBackbone.from_pretrained(empty)
+    ours_without_weights = tmp_path / 'ours_empty'
+    CvTBackboneConfig(arch=TINY_CVT).save_pretrained(ours_without_weights)
+    with pytest.raises(OSError, match='no file named model.safetensors'):
+        AutoModel.from_pretrained(ours_without_weights)
 
 
 def test_gradient_checkpointing_enable_recomputes_the_blocks(checkpoint_calls):
