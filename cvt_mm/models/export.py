@@ -34,7 +34,7 @@ from typing import Optional, Union
 
 from ..checkpoint.formats import convert_state_dict, extract_state_dict, format_family
 from ..checkpoint.io import CheckpointError, write_atomically
-from ..checkpoint.loading import arch_of, read_checkpoint
+from ..checkpoint.loading import arch_of, fit_state_dict, read_checkpoint
 from .cmt import PRETRAINED_CFGS as CMT_PRETRAINED
 from .cmt import CMTModel
 from .cvt import PRETRAINED_CFGS as CVT_PRETRAINED
@@ -119,14 +119,9 @@ def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
     in_chans = int(sd[f'{model_cls.first_conv}.weight'].shape[1])
     model = model_cls(arch, in_chans=in_chans, num_classes=num_classes,
                       **{k: v for k, v in model_args.items() if k != 'arch'})
-    own = model.state_dict()
-    missing = sorted(k for k in set(own) - set(sd) if not k.endswith('num_batches_tracked'))
-    unused = sorted(set(sd) - set(own))
-    shapes = sorted(k for k in set(own) & set(sd) if own[k].shape != sd[k].shape)
-    if missing or unused or shapes:
-        raise CheckpointError(
-            f'{src} ({layout}) does not fit {arch_of(own, model_cls.arch_zoo, family)}: '
-            f'missing {missing[:3]}, unused {unused[:3]}, other shapes {shapes[:3]}')
+    # The loaders' own check: anything missing, left over or of another shape is an error.
+    sd = fit_state_dict(model, sd, family, src, layout,
+                        partial_hint=' (for a custom arch, give it as --arch)')
     model.load_state_dict(sd, strict=False)
 
     from safetensors.torch import save
