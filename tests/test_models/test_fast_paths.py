@@ -280,3 +280,38 @@ def test_backbones_compile_without_graph_breaks(kind):
             x = torch.randn(1, 3, *size)
             for a, b in zip(compiled(x), model(x)):
                 torch.testing.assert_close(a, b)
+
+
+# ----------------------------------------------------------------------------- the switch
+def test_one_switch_chooses_the_paths_of_the_models_built_after_it(monkeypatch):
+    """``set_fast_paths`` and ``CVT_MM_FAST_PATHS`` decide what ``fast_paths=None`` builds:
+    the fused attention and QuickGELU and CMT's bias module, or the formulas as written;
+    ``fast_paths=`` on a model overrides both."""
+    from cvt_mm.models import fast
+    from cvt_mm.models.layers import QuickGELU as PlainQuickGELU
+
+    def paths(model):
+        cvt_act = model.stages[0].blocks[0].mlp.act if isinstance(model, CvT) else None
+        cmt_bias = model.stages[0].position_bias if isinstance(model, CMT) else None
+        return model.fast_paths, type(cvt_act).__name__, cmt_bias is not None
+
+    monkeypatch.delenv(fast.ENV_VAR, raising=False)
+    try:
+        assert fast.use_fast_paths()
+        assert paths(small('cvt'))[:2] == (True, 'FusedQuickGELU')
+        fast.set_fast_paths(False)
+        assert paths(small('cvt'))[:2] == (False, 'QuickGELU')
+        assert paths(small('cmt')) == (False, 'NoneType', False)
+        assert paths(small('cvt', fast_paths=True))[0]  # the model's own choice wins
+        fast.set_fast_paths(None)
+        monkeypatch.setenv(fast.ENV_VAR, '0')
+        assert paths(small('cmt')) == (False, 'NoneType', False)
+        assert isinstance(small('cvt').stages[0].blocks[0].mlp.act, PlainQuickGELU)
+        monkeypatch.setenv(fast.ENV_VAR, 'fast')
+        with pytest.raises(ValueError, match="CVT_MM_FAST_PATHS='fast' is not understood; "
+                                             'allowed: 0, 1, false, true'):
+            small('cvt')
+        with pytest.raises(ValueError, match='set_fast_paths takes True, False or None'):
+            fast.set_fast_paths('yes')
+    finally:
+        fast.set_fast_paths(None)

@@ -158,6 +158,8 @@ def test_forward_intermediates_head_and_pruning_follow_timm(cvt13, cmt_ti):
             assert isinstance(model.get_classifier(), torch.nn.Identity)
             pruned = model.forward_intermediates(X, intermediates_only=True)
             assert [torch.equal(a, b) for a, b in zip(pruned, maps[:2])] == [True, True]
+    assert CvTModel('13').no_weight_decay() == {'stages.2.cls_token'}
+    assert CMTModel('ti').no_weight_decay() == set()  # the official run decays relative_pos
     model = CvTModel('13', num_classes=10)
     model.reset_classifier(3)
     assert model.head.out_features == 3
