@@ -372,7 +372,8 @@ def narrow_config(base: str, task: str, pace: float = 0.0) -> str:
     ``pace`` seconds before every training iteration and checkpoint save
     (tests/paced_training.py: run the training process with ``PACED_ENV``), so
     that a test's signal sent after a checkpoint lands in the next iteration or in the save
-    however fast the machine.
+    however fast the machine; paced runs also record the iterations they complete
+    (:func:`executed_iterations`).
 
     Args:
         base (str): the config to narrow (a ``.py`` file).
@@ -388,11 +389,31 @@ def narrow_config(base: str, task: str, pace: float = 0.0) -> str:
     if pace > 0:
         text += ("custom_imports = dict(imports=['cvt_mm', 'paced_training'],\n"
                  "                      allow_failed_imports=False)\n"
-                 f"custom_hooks = [dict(type='PaceHook', seconds={pace})]\n")
+                 f"custom_hooks = [dict(type='PaceHook', seconds={pace}),\n"
+                 "                dict(type='IterationRecordHook')]\n")
     path = base[:-len('.py')] + '_narrow.py'
     with open(path, 'w') as f:
         f.write(text)
     return path
+
+
+def executed_iterations(work, rank: int = 0) -> list:
+    """The training iterations (counted from 1) that rank ``rank`` of each run of a paced
+    config (:func:`narrow_config`) in the work dir ``work`` completed, one list per process
+    in the order the processes ran: a run, its torchrun restarts and its slurm requeues each
+    add one.
+
+    Example::
+
+        >>> executed_iterations(work)  # killed in iteration 5, then resumed from iteration 4
+        [[1, 2, 3, 4], [5, 6]]
+    """
+    runs = {}
+    with open(osp.join(str(work), f'executed_iterations.rank{rank}.txt')) as f:
+        for line in f:
+            pid, iteration = line.split()
+            runs.setdefault(pid, []).append(int(iteration))
+    return list(runs.values())
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,11 +1,17 @@
-"""A hook that adds a pause to the start of every training iteration and to every
-checkpoint save, imported by the training processes of the cluster and resume tests
-(``custom_imports``; helpers.narrow_config).
+"""Hooks imported by the training processes of the cluster and resume tests
+(``custom_imports``; helpers.narrow_config): a pause at the start of every training
+iteration and of every checkpoint save, and a record of the iterations completed.
 
 The tests kill or signal a rank as soon as a checkpoint appears and expect the next
 iteration to be running when the signal lands, or send a second signal while the
 preemption checkpoint is written. With models small enough for the suite, an iteration or a
-save alone is too short for that on a loaded or fast machine."""
+save alone is too short for that on a loaded or fast machine.
+
+The runs also record the iterations each of their processes completed
+(``IterationRecordHook``), so that a test counts what a resumed run did instead of reading
+its log."""
+import os
+import os.path as osp
 import time
 
 from mmengine.hooks import Hook
@@ -29,3 +35,18 @@ class PaceHook(Hook):
 
     def before_save_checkpoint(self, runner, checkpoint: dict) -> None:
         time.sleep(self.seconds)
+
+
+RECORD = 'executed_iterations.rank{rank}.txt'
+
+
+@HOOKS.register_module()
+class IterationRecordHook(Hook):
+    """Append ``PID ITERATION`` to ``WORK_DIR/executed_iterations.rankR.txt`` after each
+    training iteration a process completes (iterations counted from 1), so that every run,
+    restart or requeue of a work dir leaves its own lines (helpers.executed_iterations)."""
+
+    def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
+        path = osp.join(runner.work_dir, RECORD.format(rank=runner.rank))
+        with open(path, 'a') as f:
+            f.write(f'{os.getpid()} {runner.iter + 1}\n')

@@ -28,7 +28,13 @@ from cluster_runs import (
     wait_for,
 )
 from conftest import free_port
-from helpers import TOOLS, assert_no_gloo_threads_at_exit, det_user_config, narrow_config
+from helpers import (
+    TOOLS,
+    assert_no_gloo_threads_at_exit,
+    det_user_config,
+    executed_iterations,
+    narrow_config,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -88,6 +94,9 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_the_run_ends_as_if_never_kil
     assert 'stopping after iteration' not in first  # the survivor wrote nothing partial
     assert f'resuming from {work}/iter_2.pth (iteration 2, epoch 0)' in restarted
     assert 'Resuming epoch 1 at batch 3/3' in restarted
+    # Killed in iteration 3: both ranks completed 2, then the restart completed 3 to 6.
+    for rank in range(2):
+        assert executed_iterations(work, rank) == [[1, 2], [3, 4, 5, 6]]
     assert_same_weights(reference, work / 'iter_6.pth')
     drop_checkpoints(work)
 
@@ -130,6 +139,8 @@ def _preempt_torchrun(root, config, work):
     resumed = (root / 'resumed.log').read_text()
     assert f'--resume: resuming from {work}/iter_5.pth' in resumed
     assert 'Resuming epoch 2 at batch 3/3' in resumed
+    for rank in range(2):
+        assert executed_iterations(work, rank) == [[1, 2, 3, 4, 5], [6]]
 
 
 def test_resuming_with_another_number_of_processes_works_and_says_it_is_not_exact(

@@ -15,7 +15,15 @@ import torch
 from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import find_resumable_checkpoint
 
-from helpers import PACE, PACED_ENV, ROOT, narrow_config, run_tool, seg_user_config
+from helpers import (
+    PACE,
+    PACED_ENV,
+    ROOT,
+    executed_iterations,
+    narrow_config,
+    run_tool,
+    seg_user_config,
+)
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -135,6 +143,7 @@ def test_a_killed_run_resumes_to_the_same_weights_bit_for_bit(killed_and_resumed
     assert 'Iter(train) [5/6]' in log and 'Iter(train) [4/6]' not in log
     # The 4 batches already trained on are skipped by their indices, not loaded again.
     assert 'Resuming at iteration 5: the indices of the 4 batches' in log
+    assert executed_iterations(root / 'b') == [[1, 2, 3, 4], [5, 6]]
     uninterrupted, resumed = _weights(root / 'a' / 'iter_6.pth'), _weights(root / 'b' /
                                                                           'iter_6.pth')
     assert uninterrupted.keys() == resumed.keys()

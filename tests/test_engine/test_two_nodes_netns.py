@@ -31,7 +31,7 @@ from cluster_runs import (
     wait_for,
 )
 from conftest import free_port
-from helpers import PACED_ENV, ROOT
+from helpers import PACED_ENV, ROOT, executed_iterations
 
 pytestmark = pytest.mark.slow
 
@@ -291,6 +291,8 @@ def test_a_rank_killed_on_node_1_restarts_both_nodes_and_both_resume(nodes, conf
         assert 'resumed epoch: 0, iter: 2' in attempts[1], f'{host} did not resume'
         assert 'Resuming epoch 1 at batch 3/3' in attempts[1], f'{host} did not resume'
     assert 'Epoch(train) [1][1/3]' not in _rank_logs(work, 'node0', 0)[1]
+    for rank in range(2):  # killed in iteration 3: each node's rank went on from 2
+        assert executed_iterations(work, rank) == [[1, 2], [3, 4, 5, 6]]
     assert_same_weights(reference_work / 'iter_6.pth', work / 'iter_6.pth')
     drop_checkpoints(work)
 
