@@ -8,7 +8,8 @@
 #       tools/slurm_sbatch.sh CONFIG WORK_DIR [train.py options]
 # --signal=USR1@180 asks slurm to send SIGUSR1 to every task 180 s before the time limit;
 # leave time for one iteration and one checkpoint. --signal=B:USR1@180 (to this script only)
-# works too: the script passes it on to the tasks. PYTHON selects the interpreter.
+# and `scancel --signal=TERM --full` work too: the script passes them on to the tasks.
+# PYTHON selects the interpreter.
 set -uo pipefail
 CONFIG=$1
 WORK_DIR=$2
@@ -16,12 +17,18 @@ ROOT=${SLURM_SUBMIT_DIR:-$(pwd)}  # sbatch runs a copy of this file from its spo
 PYTHON=${PYTHON:-python}
 PREEMPTED=75  # cvt_mm.engine.PREEMPTED_EXIT_CODE
 
-# Slurm's preemption (GraceTime) signals the tasks, not this shell. `scancel --full` also
-# signals this shell and srun, and srun answers SIGTERM by killing its tasks: then nothing
-# can be saved (docs/cluster.md). Outlive a SIGTERM to see how the tasks ended.
-trap 'echo "slurm_sbatch: SIGTERM, waiting for the tasks"' TERM
-trap 'echo "slurm_sbatch: SIGUSR1, passed on to the tasks"; kill -USR1 "$step" 2>/dev/null' USR1
-PYTHONPATH="$ROOT:${PYTHONPATH:-}" srun --kill-on-bad-exit=1 \
+# Slurm's preemption (GraceTime) and --signal=USR1@N signal the tasks. --signal=B:USR1@N
+# signals this shell, and `scancel --full` this shell's process group. srun answers SIGTERM by
+# killing its tasks (SIGKILL), so it runs in a process group of its own (setsid: a background
+# child of a script leads no group, so setsid neither forks nor changes $!) and this shell
+# passes each signal on to the tasks of every step with scancel, not through srun.
+relay() {
+    echo "slurm_sbatch: SIG$1, passed on to the tasks"
+    scancel --signal="$1" "$SLURM_JOB_ID"
+}
+trap 'relay TERM' TERM
+trap 'relay USR1' USR1
+PYTHONPATH="$ROOT:${PYTHONPATH:-}" setsid srun --kill-on-bad-exit=1 \
     "$PYTHON" -u "$ROOT/tools/train.py" "$CONFIG" --work-dir="$WORK_DIR" --launcher=slurm \
     "${@:3}" &
 step=$!

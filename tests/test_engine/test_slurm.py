@@ -27,6 +27,7 @@ from helpers import (
     TOOLS,
     assert_no_gloo_threads_at_exit,
     det_user_config,
+    executed_iterations,
     narrow_config,
 )
 
@@ -142,28 +143,81 @@ def sbatch_reference(slurm, cluster_data, tmp_path_factory):
     drop_checkpoints(work)
 
 
-def test_the_time_limit_signal_checkpoints_requeues_and_the_job_resumes_identically(
-        slurm, sbatch_reference):
-    """``--signal=USR1@N`` before the time limit (sent here with ``scancel --signal=USR1``,
-    which reaches every process of the job's steps, data workers included) -> one checkpoint
-    of the next iteration -> exit 75 -> the script requeues the job -> it resumes."""
-    root, config, reference = sbatch_reference
-    work, log = root / 'time_limit', root / 'time_limit.log'
-    job = _sbatch(slurm, log, '--ntasks=2', '--requeue', '--signal=USR1@60', SBATCH_SCRIPT,
-                  config, str(work))
-    _wait_checkpoint(slurm, job, work, 'iter_4.pth', log)
-    _slurm(slurm, 'scancel', '--signal=USR1', job)
-    text = _requeued_run(slurm, job, log)
+def _task_exit_codes(log: str) -> dict:
+    """{task: exit code} of the tasks that srun reported ending with an error
+    (``srun: error: NODE: tasks 0-1: Exited with exit code 75``); tasks that exit 0 are not
+    reported."""
+    codes = {}
+    for tasks, code in re.findall(r'srun: error: \S+: tasks? ([\d,-]+): Exited with exit code '
+                                  r'(\d+)', log):
+        for part in tasks.split(','):
+            first, _, last = part.partition('-')
+            for task in range(int(first), int(last or first) + 1):
+                codes[task] = int(code)
+    return codes
+
+
+def _assert_stopped_and_resumed(text, work, job, signal_name, ranks=2) -> int:
+    """The first run of ``job`` stopped on ``signal_name`` after one iteration, every task
+    exited with 75 after tearing its process group down, the script requeued the job, and the
+    requeued run resumed from the checkpoint written at the signal, mid-epoch. Returns the
+    iteration of that checkpoint."""
     first, requeued = text.split('slurm_sbatch: the tasks checkpointed and stopped; '
                                  f'requeueing job {job}', 1)
-    assert 'SIGUSR1: stopping after iteration 5 on every process' in first
+    stopped = re.search(rf'{signal_name}: stopping after iteration (\d) on every process', first)
+    assert stopped and int(stopped.group(1)) < 6, first[-4000:]
+    stop = int(stopped.group(1))
+    assert _task_exit_codes(first) == {task: 75 for task in range(ranks)}, first[-4000:]
     # Both tasks tore the process group down before exiting with 75: one left to
     # interpreter shutdown can abort a task (-6), which the script would not requeue.
-    assert_no_gloo_threads_at_exit(first, ranks=2)
+    assert_no_gloo_threads_at_exit(first, ranks=ranks)
+    written = f'{work}/iter_{stop}.pth'
+    assert f'Preemption checkpoint {written} written in' in first, first[-4000:]
     assert f'slurm requeue 1, after a preemption, a time limit or a failure: resuming from ' \
-           f'{work}/iter_5.pth (iteration 5, epoch 1)' in requeued
-    assert 'Resuming epoch 2 at batch 3/3' in requeued
-    assert 'Epoch(train) [1]' not in requeued
+           f'{written} (iteration {stop}, ' in requeued, requeued[-4000:]
+    # Resumed, not restarted: what each task's process completed in each run of the job.
+    for rank in range(ranks):
+        assert executed_iterations(work, rank) == [list(range(1, stop + 1)),
+                                                   list(range(stop + 1, 7))]
+    return stop
+
+
+# How each way of stopping a job reaches it (slurm 22.05.8, src/slurmctld/job_mgr.c and
+# src/slurmd/slurmd/req.c): `--signal=USR1@N` makes slurmctld signal every process of the job's
+# steps N s before the limit, which `scancel --signal=USR1` does now; `--signal=B:USR1@N`
+# makes it send the same request with the batch flag (send_job_warn_signal: job_signal with
+# warn_flags = KILL_JOB_BATCH), which is what `scancel --batch` sends: only the batch shell
+# receives it. `scancel --full` signals the batch shell's process group, which held srun
+# before tools/slurm_sbatch.sh moved it out (srun answers SIGTERM with SIGKILL to its tasks).
+STOPS = {
+    'time limit, --signal=USR1@N': (['--signal=USR1@600'], ['--signal=USR1'], 'SIGUSR1', False),
+    'batch shell, --signal=B:USR1@N': (['--signal=B:USR1@600'], ['--batch', '--signal=USR1'],
+                                       'SIGUSR1', True),
+    'whole job, scancel --signal=TERM --full': ([], ['--full', '--signal=TERM'], 'SIGTERM',
+                                                True),
+}
+
+
+@pytest.mark.parametrize('stop', list(STOPS))
+def test_a_signalled_job_checkpoints_requeues_and_resumes_identically(
+        slurm, sbatch_reference, stop):
+    """The signal (sent once the iteration-4 checkpoint exists) reaches the tasks, directly or
+    through the batch script -> one checkpoint of the next iteration -> exit 75 on every task
+    -> the script requeues the job -> it resumes from that checkpoint and ends with the
+    weights of the uninterrupted job."""
+    sbatch_options, scancel_options, signal_name, through_the_script = STOPS[stop]
+    root, config, reference = sbatch_reference
+    name = signal_name.lower() + ('_batch' if '--batch' in scancel_options else '')
+    work, log = root / name, root / f'{name}.log'
+    job = _sbatch(slurm, log, '--ntasks=2', '--requeue', *sbatch_options, SBATCH_SCRIPT,
+                  config, str(work))
+    _wait_checkpoint(slurm, job, work, 'iter_4.pth', log)
+    _slurm(slurm, 'scancel', *scancel_options, job)
+    text = _requeued_run(slurm, job, log)
+    relayed = f'slurm_sbatch: {signal_name}, passed on to the tasks'
+    assert (relayed in text) == through_the_script, text[-4000:]
+    assert _assert_stopped_and_resumed(text, work, job, signal_name) == 5
+    assert 'Resuming epoch 2 at batch 3/3' in text.split('slurm requeue 1,', 1)[1]
     assert_same_weights(reference, work / 'iter_6.pth')
     drop_checkpoints(work)
 
@@ -185,12 +239,8 @@ def test_a_preempted_job_checkpoints_in_its_grace_time_and_resumes_identically(
                      'sleep 1')
     _wait_job(slurm, urgent, ('COMPLETED', ), root / 'urgent.log')
     text = _requeued_run(slurm, job, log)
-    stopped = re.search(r'SIGTERM: stopping after iteration (\d) on every process', text)
-    assert stopped and int(stopped.group(1)) < 6, text[-4000:]
-    stop = int(stopped.group(1))
-    _, requeued = text.split('slurm requeue 1,', 1)
-    assert f'resuming from {work}/iter_{stop}.pth (iteration {stop}, ' in requeued
-    assert 'Epoch(train) [1]' not in requeued
+    assert 'passed on to the tasks' not in text  # to the tasks, not to the batch shell
+    _assert_stopped_and_resumed(text, work, job, 'SIGTERM')
     assert_same_weights(reference, work / 'iter_6.pth')
     drop_checkpoints(work)
 
@@ -218,7 +268,12 @@ def test_torchrun_in_a_job_requeued_by_the_scheduler_resumes_instead_of_starting
     text = _requeued_run(env, job, log)
     _, requeued = text.split('slurm requeue 1, after a preemption, a time limit or a failure: '
                              'resuming from', 1)
+    resumed = int(re.match(rf' {work}/iter_(\d)\.pth', requeued).group(1))
     assert 'Epoch(train) [1]' not in requeued  # not started over
+    for rank in range(2):  # the requeued job's processes went on from that checkpoint
+        runs = executed_iterations(work, rank)
+        assert len(runs) == 2 and runs[0][:4] == [1, 2, 3, 4], runs
+        assert runs[1] == list(range(resumed + 1, 7)), runs
     assert 'Epoch(train) [2][3/3]' in requeued
     assert_same_weights(reference / 'iter_6.pth', work / 'iter_6.pth')
     drop_checkpoints(work)
