@@ -113,6 +113,36 @@ def test_import_loads_nothing_the_registries_it_registers_in_do_not():
     assert ours - toolboxes == set()
 
 
+LOADED = textwrap.dedent('''
+    import json, sys
+    import cvt_mm  # noqa: F401
+    from mmengine.registry import MODEL_WRAPPERS, OPTIM_WRAPPER_CONSTRUCTORS
+    found = [registry.get(name) is not None for registry, name in (
+        (MODEL_WRAPPERS, 'CPUDistributedDataParallel'),
+        (OPTIM_WRAPPER_CONSTRUCTORS, 'BackboneLayerDecayOptimWrapperConstructor'))]
+    print(json.dumps([sorted(sys.modules), found]))
+''')
+
+# What the tools load to launch a run, and what only the tools and benchmarks use.
+LAUNCH_MODULES = {f'cvt_mm.engine.{name}' for name in (
+    'allocator', 'distributed', 'slurm', 'process_group', 'runner_setup', 'cli', 'dataset_paths',
+    'layer_decay')}
+TOOL_MODULES = {'cvt_mm.benchmark', 'cvt_mm.benchmark_peers', 'cvt_mm.flops',
+                'cvt_mm.deployment'}
+MODEL_ZOOS = {'mmdet.models', 'mmseg.models', 'mmpretrain.models', 'matplotlib'}
+
+
+def test_import_loads_no_launch_module_and_no_toolbox_model_zoo():
+    """A plugin registers: ``import cvt_mm`` loads neither what launching a run needs (the
+    tools import it) nor MMDetection's, MMSegmentation's or MMPretrain's model zoos (with
+    matplotlib), which an MMSegmentation user would otherwise load for MMDetection's sake; the
+    types configs name are registered all the same (layer decay's class, which needs
+    MMPretrain's engine and through it both zoos, is imported when a config builds it)."""
+    loaded, found = json.loads(_run(LOADED).splitlines()[-1])
+    assert set(loaded) & (LAUNCH_MODULES | TOOL_MODULES | MODEL_ZOOS) == set()
+    assert found == [True, True]
+
+
 RESUME_STATE = textwrap.dedent('''
     import sys
     import torch

@@ -17,17 +17,22 @@ Launching (what ``tools/train.py`` and ``tools/test.py`` call):
 * :mod:`.cli`: command line to config; :mod:`.dataset_paths`: missing datasets named;
 * :mod:`.slurm`: torch.distributed's environment from slurm's;
 * :mod:`.process_group`: a process group restarts cannot hang on, and its teardown;
-* :mod:`.distributed`: ``--launcher`` made to work, DDP without CUDA;
+* :mod:`.distributed`: ``--launcher`` made to work; :mod:`.cpu_ddp`: DDP without CUDA;
 * :mod:`.runner_setup`: the loops and hooks every training run gets, the runner;
 * :mod:`.workers`: data workers that die with their process;
 * :mod:`.allocator`: glibc's malloc made to reuse large freed blocks.
 
-Beside them: :mod:`.fileio` (atomic checkpoint writes), :mod:`.optim` (layer-wise
-learning-rate decay for detectors and segmentors).
+Beside them: :mod:`.fileio` (atomic checkpoint writes), :mod:`.layer_decay` (layer-wise
+learning-rate decay for detectors and segmentors; :mod:`.optim` registers it).
+
+Importing this package registers what configs name by ``type`` and loads no launch module
+(``distributed``, ``process_group``, ``slurm``, ``allocator``) and no toolbox model zoo: the
+tools import those; the two names below that live there are loaded on first use.
 """
-from . import distributed, fileio, hooks, loops, optim, sampling, workers  # noqa: F401  (registrations)
-from .allocator import reuse_freed_memory
-from .distributed import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
+import importlib
+
+from . import cpu_ddp, fileio, hooks, loops, optim, sampling, workers  # noqa: F401  (registrations)
+from .cpu_ddp import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
 from .fileio import AtomicLocalBackend, write_atomically
 from .hooks import (
     PREEMPTED_EXIT_CODE,
@@ -40,7 +45,6 @@ from .hooks import (
     TrainingPreempted,
 )
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
-from .optim import BackboneLayerDecayOptimWrapperConstructor
 from .resume import find_resumable_checkpoint, restart_count
 from .sampling import ResumableBatchSampler, SampleIndex, SeededSampleDataset
 from .workers import guard_data_worker
@@ -52,3 +56,12 @@ __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'Atomi
            'ResumableBatchSampler', 'SampleIndex', 'SeededSampleDataset', 'guard_data_worker',
            'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop',
            'BackboneLayerDecayOptimWrapperConstructor', 'reuse_freed_memory']
+
+_LOADED_ON_USE = {'reuse_freed_memory': 'allocator',
+                  'BackboneLayerDecayOptimWrapperConstructor': 'layer_decay'}
+
+
+def __getattr__(name: str):
+    if name in _LOADED_ON_USE:
+        return getattr(importlib.import_module(f'.{_LOADED_ON_USE[name]}', __name__), name)
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -1,22 +1,9 @@
-"""Distributed training without CUDA: PyTorch's gloo backend and DDP over CPU modules.
+"""``--launcher`` made to work before the runner is built, with or without CUDA.
 
-MMEngine's launcher and DDP wrapper assume GPUs (NCCL, ``device_ids=[LOCAL_RANK]``), and
-PyTorch's ``DistributedDataParallel`` refuses CPU modules that hold ``SyncBatchNorm`` layers
-(``SyncBatchNorm layers only work with GPU modules``) -- which every MMSegmentation base config
-has. :class:`CPUDistributedDataParallel` is the wrapper ``tools/train.py`` and ``tools/test.py``
-select when they are launched distributed on a machine without CUDA; on GPUs nothing changes and
-SyncBN stays SyncBN.
-
-:func:`prepare_distributed` makes ``--launcher`` work before the runner is built: slurm's
-environment, the process group (:mod:`cvt_mm.engine.process_group`), and this wrapper without
-CUDA.
-
-Example (what ``tools/dist_train.sh`` does on a CPU-only machine)::
-
-    import torch.distributed as dist
-    dist.init_process_group(backend='gloo')  # before the Runner is built
-    cfg.model_wrapper_cfg = dict(type='CPUDistributedDataParallel')
-    Runner.from_cfg(cfg).train()
+:func:`prepare_distributed` sets slurm's environment, starts the process group
+(:mod:`cvt_mm.engine.process_group`) and, without CUDA, selects gloo and
+:class:`~cvt_mm.engine.cpu_ddp.CPUDistributedDataParallel`. Called by ``tools/train.py`` and
+``tools/test.py``; ``import cvt_mm`` does not load it.
 """
 import os
 from datetime import timedelta
@@ -24,58 +11,12 @@ from datetime import timedelta
 import torch
 import torch.distributed as torch_dist
 from mmengine.config import ConfigDict
-from mmengine.logging import print_log
-from mmengine.model import MMDistributedDataParallel, revert_sync_batchnorm
-from mmengine.registry import MODEL_WRAPPERS
-from torch import nn
-from torch.nn.modules.batchnorm import SyncBatchNorm
 
+from .cpu_ddp import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
 from .process_group import init_process_group
 from .slurm import slurm_environment
 
 __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'prepare_distributed']
-
-
-def revert_sync_batchnorm_for_cpu(module: nn.Module) -> nn.Module:
-    """Replace every SyncBN layer by a plain BatchNorm (same parameters and statistics) and
-    say how many there were in one log line; a model without SyncBN is returned as it is.
-
-    Args:
-        module (nn.Module): the model, on the CPU.
-
-    Returns:
-        nn.Module: the model with per-process BatchNorm layers.
-    """
-    try:  # mmcv's own SyncBN ('MMSyncBN') is converted too, when mmcv has its ops
-        from mmcv.ops import SyncBatchNorm as MMCVSyncBatchNorm
-        sync_types = (SyncBatchNorm, MMCVSyncBatchNorm)
-    except ImportError:
-        sync_types = (SyncBatchNorm, )
-    count = sum(isinstance(m, sync_types) for m in module.modules())
-    if count == 0:
-        return module
-    print_log(f'Distributed training without CUDA: {count} SyncBN layers converted to '
-              'BatchNorm (gloo cannot synchronise them; each process normalises its own '
-              'batch). On GPUs they stay SyncBN.', logger='current')
-    return revert_sync_batchnorm(module)
-
-
-@MODEL_WRAPPERS.register_module()
-class CPUDistributedDataParallel(MMDistributedDataParallel):
-    """MMEngine's ``MMDistributedDataParallel`` for CPU modules (gloo).
-
-    SyncBN layers become BatchNorm (see :func:`revert_sync_batchnorm_for_cpu`) and DDP gets
-    ``device_ids=None``, as PyTorch requires for CPU modules. All other keyword arguments
-    (``broadcast_buffers``, ``find_unused_parameters``, ...) go to DDP unchanged.
-
-    Args:
-        module (nn.Module): the model to wrap, on the CPU.
-        **kwargs: ``DistributedDataParallel`` options; ``device_ids`` is ignored.
-    """
-
-    def __init__(self, module: nn.Module, **kwargs):
-        kwargs['device_ids'] = None
-        super().__init__(module=revert_sync_batchnorm_for_cpu(module), **kwargs)
 
 
 def prepare_distributed(cfg, launcher: str) -> None:
@@ -87,7 +28,7 @@ def prepare_distributed(cfg, launcher: str) -> None:
     (:func:`init_process_group`) and rank 0 can share its choice of checkpoint
     (:func:`choose_resume`); MMEngine then skips its own init. Without CUDA (``pytorch`` or
     ``slurm``): the process group uses gloo and the model is wrapped in
-    :class:`~cvt_mm.engine.distributed.CPUDistributedDataParallel`.
+    :class:`~cvt_mm.engine.cpu_ddp.CPUDistributedDataParallel`.
     """
     if launcher == 'slurm':
         os.environ.update(slurm_environment())

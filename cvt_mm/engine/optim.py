@@ -1,34 +1,20 @@
-"""Layer-wise learning-rate decay for detectors and segmentors with our backbones.
-
-MMPretrain's ``LearningRateDecayOptimWrapperConstructor`` asks the *model* for
-``get_layer_depth``: its classifiers forward the question to the backbone, MMDetection's
-detectors and MMSegmentation's segmentors have no such method. This subclass asks the
-backbone directly, so every backbone parameter gets ``lr * rate ** (num_layers - 1 - depth)``
-by its depth (:func:`cvt_mm.models.backbone.layer_depth`) and the neck and heads the full LR.
-
-Example (a config)::
-
-    optim_wrapper = dict(
-        constructor='BackboneLayerDecayOptimWrapperConstructor',
-        paramwise_cfg=dict(layer_decay_rate=0.9, norm_decay_mult=0.))
-"""
+"""The registry name of layer-wise learning-rate decay for detectors and segmentors
+(:mod:`cvt_mm.engine.layer_decay`), registered without importing MMPretrain: its engine
+package loads MMPretrain's and MMDetection's model zoos, which an MMSegmentation user who
+never asks for layer decay should not pay for on ``import cvt_mm``."""
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
-from mmpretrain.engine.optimizers import LearningRateDecayOptimWrapperConstructor
 
 
-@OPTIM_WRAPPER_CONSTRUCTORS.register_module()
-class BackboneLayerDecayOptimWrapperConstructor(LearningRateDecayOptimWrapperConstructor):
-    """MMPretrain's layer-wise LR decay for any model whose ``backbone`` has
-    ``get_layer_depth(param_name, prefix)`` (CvT, CMT, MMPretrain's backbones); raises a
-    ``ValueError`` naming the backbone when it has none."""
+@OPTIM_WRAPPER_CONSTRUCTORS.register_module(name='BackboneLayerDecayOptimWrapperConstructor')
+def build_backbone_layer_decay_constructor(optim_wrapper_cfg: dict, paramwise_cfg=None):
+    """Build :class:`~cvt_mm.engine.layer_decay.BackboneLayerDecayOptimWrapperConstructor`
+    (what ``constructor='BackboneLayerDecayOptimWrapperConstructor'`` in a config's
+    ``optim_wrapper`` builds; MMEngine's registries build functions as they build classes).
 
-    def add_params(self, params, module, prefix='', get_layer_depth=None, **kwargs):
-        if get_layer_depth is None and prefix == '':
-            backbone = getattr(module, 'backbone', None)
-            if not hasattr(backbone, 'get_layer_depth'):
-                raise ValueError(
-                    'BackboneLayerDecayOptimWrapperConstructor needs model.backbone.'
-                    f'get_layer_depth; {type(backbone).__name__} has none (CvT and CMT do)')
-            get_layer_depth = lambda name: backbone.get_layer_depth(name, 'backbone.')  # noqa: E731
-        super().add_params(params, module, prefix=prefix, get_layer_depth=get_layer_depth,
-                           **kwargs)
+    Args:
+        optim_wrapper_cfg (dict): the ``optim_wrapper`` config.
+        paramwise_cfg (dict, optional): ``layer_decay_rate``, ``norm_decay_mult``, ...
+            Defaults to None.
+    """
+    from .layer_decay import BackboneLayerDecayOptimWrapperConstructor
+    return BackboneLayerDecayOptimWrapperConstructor(optim_wrapper_cfg, paramwise_cfg)
