@@ -6,6 +6,7 @@ it), and every relative link in the README and docs/ leads to a file that exists
 import glob
 import os.path as osp
 import re
+import shlex
 
 import pytest
 from mmengine.config import Config
@@ -81,7 +82,8 @@ def test_there_are_snippets_to_check():
 
 # ----------------------------------------------------------------------------- commands
 def command_lines():
-    """Every command of the ```bash blocks, continuation lines joined, comments dropped."""
+    """Every command of the ```bash blocks (continuation lines joined, comments dropped) and
+    every inline `python ...` / `bash ...` command of the prose."""
     for path in DOCS:
         with open(path) as f:
             text = f.read()
@@ -90,30 +92,59 @@ def command_lines():
                 line = line.split(' #')[0].strip()
                 if line and not line.startswith('#'):
                     yield osp.basename(path), line
+        for line in re.findall(r'(?<!`)`((?:python|bash) [^`]+)`', text):
+            yield osp.basename(path), line
 
 
 def _tool_args(words):
-    """(tool, args) of a `python tools/X.py ...` or `bash tools/X.sh ...` command."""
+    """(tool, args) of a `python tools/X.py ...` or `bash tools/X.sh ...` command (or of a
+    maintainer's script in .dev_scripts/)."""
     for i, word in enumerate(words):
-        if word.startswith('tools/'):
+        if word.startswith(('tools/', '.dev_scripts/')):
             return word, words[i + 1:]
     return None, None
 
 
+class _Parsed(Exception):
+    """Raised by the patched ``ArgumentParser.parse_args`` once a tool's arguments parsed."""
+
+
+def _placeholders_filled(args):
+    """A command's words with the docs' placeholders (``CONFIG``, ``OUT_DIR``, ``[...]``)
+    left out of optional groups: ``[--arch NAME]`` is documentation, not a flag given."""
+    return [a for a in args if not (a.startswith('[') or a.endswith(']') or a == '...')]
+
+
 def test_every_tool_command_parses_and_names_real_files(monkeypatch):
     """Commands need GPUs, datasets or downloads to run, so each is checked as far as that
-    is possible here: the script exists, the configs it names load, its flags parse (through
-    the tool's own parser), and a make target exists."""
-    from helpers import load_tool
+    is possible here: the script exists, the configs it names load, its flags parse through
+    the tool's own parser (every python tool: its ``parse_args``/``main`` runs until argparse
+    returns; the shell launchers: the flags they pass on to train.py/test.py), and a make
+    target exists."""
+    import argparse
+
+    from helpers import load_script
     monkeypatch.setenv('LOCAL_RANK', '0')  # what the tools' parse_args would set
     checked, makefile = 0, open(osp.join(ROOT, 'Makefile')).read()
-    # The same configs and tools recur in many commands: load each once.
-    loaded, tools = set(), {}
+    loaded, modules, parsed_tools = set(), {}, set()
+    original_parse = argparse.ArgumentParser.parse_args
 
-    def tool_module(name):
-        if name not in tools:
-            tools[name] = load_tool(name)
-        return tools[name]
+    def parse_then_stop(self, args=None, namespace=None):
+        original_parse(self, args, namespace)  # SystemExit(2) and argparse's message if not
+        raise _Parsed
+
+    def parse(path, args):
+        if path not in modules:
+            modules[path] = load_script(osp.join(ROOT, path))
+        module = modules[path]
+        entry = getattr(module, 'parse_args', None) or module.main
+        monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', parse_then_stop)
+        try:
+            with pytest.raises(_Parsed):
+                entry(args)
+        finally:
+            monkeypatch.setattr(argparse.ArgumentParser, 'parse_args', original_parse)
+        parsed_tools.add(path)
 
     for doc, line in command_lines():
         words = [w for w in line.split() if '=' not in w or w.startswith('-')]
@@ -122,24 +153,36 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
                 assert re.search(rf'^{re.escape(target)}:', makefile, re.M), (doc, line)
             checked += 1
             continue
-        tool, args = _tool_args(line.split())
+        tool, args = _tool_args(shlex.split(line))  # quoted --model "dict(...)" is one word
         if tool is None:
             continue
         assert osp.isfile(osp.join(ROOT, tool)), (doc, line)
+        args = _placeholders_filled(args)
         for arg in args:
             if arg.startswith('configs/') and arg not in loaded:
                 Config.fromfile(osp.join(ROOT, arg))
                 loaded.add(arg)
         name = osp.basename(tool)
-        if name in ('train.py', 'dist_train.sh'):
-            launch = [] if name == 'train.py' else ['--launcher', 'pytorch']
-            positional = args[:1] + args[2 if name == 'dist_train.sh' else 1:]
-            tool_module('train').parse_args(positional + launch)
-        elif name in ('test.py', 'dist_test.sh'):
-            positional = args[:2] + args[3 if name == 'dist_test.sh' else 2:]
-            tool_module('test').parse_args(positional)
+        try:
+            if name == 'dist_train.sh':  # CONFIG GPUS [train.py options]
+                parse('tools/train.py', args[:1] + args[2:] + ['--launcher', 'pytorch'])
+            elif name == 'dist_test.sh':  # CONFIG CHECKPOINT GPUS [test.py options]
+                parse('tools/test.py', args[:2] + args[3:] + ['--launcher', 'pytorch'])
+            elif name == 'slurm_train.sh':  # PARTITION JOB CONFIG WORK_DIR [options]
+                parse('tools/train.py', [args[2], '--work-dir', args[3], *args[4:]])
+            elif name == 'slurm_sbatch.sh':  # CONFIG WORK_DIR [options]
+                parse('tools/train.py', [args[0], '--work-dir', args[1], *args[2:]])
+            elif tool.endswith('.py'):
+                parse(tool, args)
+        except BaseException as err:  # noqa: BLE001 - argparse exits; say which command
+            if isinstance(err, (KeyboardInterrupt, pytest.fail.Exception)):
+                raise
+            raise AssertionError(f'{doc}: {line!r} does not parse: {err!r}') from err
         checked += 1
     assert checked >= 20
+    # The train and test commands, and at least the analysis, deployment, conversion and
+    # demo tools, parsed through their own parsers.
+    assert len(parsed_tools) >= 10, sorted(parsed_tools)
 
 
 # ----------------------------------------------------------------------------- links
@@ -156,6 +199,28 @@ def test_every_relative_link_resolves():
             assert osp.exists(file), f'{osp.relpath(path, ROOT)} links to missing {target}'
             checked += 1
     assert checked >= 20
+
+
+def test_every_test_the_docs_name_exists():
+    """A test a page cites for a claim (`` `test_name` ``, `` `test_name[case]` ``, or a
+    shortened `` `test_prefix_...[case]` ``) is a test function of the suite, and a named case
+    one of its parameters, so renaming or dropping a test cannot leave the claim unbacked."""
+    defined = {}
+    for path in glob.glob(osp.join(ROOT, 'tests', '**', 'test_*.py'), recursive=True):
+        for name in re.findall(r'^def (test_\w+)\(', open(path).read(), re.M):
+            defined[name] = open(path).read()
+    checked = 0
+    for path in DOCS:
+        for name, case in re.findall(r'`(test_\w+(?:\.\.\.)?)(?:\[([^\]]+)\])?`', open(path).read()):
+            matches = [d for d in defined if d == name or
+                       (name.endswith('...') and d.startswith(name[:-3]))]
+            assert len(matches) == 1, f'{osp.relpath(path, ROOT)} names test {name!r}: ' \
+                                      f'{"no" if not matches else len(matches)} tests match'
+            assert not case or repr(case) in defined[matches[0]], \
+                f'{osp.relpath(path, ROOT)} names case {case!r} of {matches[0]}, not one of its ' \
+                'parameters'
+            checked += 1
+    assert checked >= 5
 
 
 def test_readme_is_a_front_page():

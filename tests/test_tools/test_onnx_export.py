@@ -13,6 +13,7 @@ tests that export are marked ``slow`` (``make test-fast`` skips them; ``make tes
 them).
 """
 import importlib.util
+import json
 import os.path as osp
 
 import pytest
@@ -202,3 +203,23 @@ def test_tool_rejects_a_part_the_model_lacks(tmp_path, capsys):
             'backbone') in capsys.readouterr().err
     with pytest.raises(ValueError, match='--part neck does not apply to EncoderDecoder'):
         export.build_part(osp.join(REPO, 'configs', 'upernet_cvt13_ade20k.py'), 'neck')
+
+
+@pytest.mark.slow
+@needs_deploy
+def test_the_onnx_latency_benchmark_runs_and_compares_the_same_backbone(tmp_path):
+    """tools/deployment/benchmark_onnx.py (docs/deployment.md's table) as the docs run it,
+    on CvT-13's Mask R-CNN backbone at a small size: it exports, times both runtimes, and
+    the row it writes says ONNX Runtime gave PyTorch's features."""
+    out = tmp_path / 'rows.json'
+    argv = ['--configs', osp.join(REPO, 'configs', 'mask_rcnn_cvt13_coco.py'), '--shape', '64',
+            '96', '--export-shape', '64', '64', '--repeat', '2', '--threads', '1', '--json',
+            str(out)]
+    assert load_tool('deployment/benchmark_onnx').main(argv) == 0
+    result = json.loads(out.read_text())
+    assert result['shape'] == [64, 96] and result['repeat'] == 2
+    (row, ) = result['rows']
+    assert row['config'].endswith('mask_rcnn_cvt13_coco.py')
+    assert row['max_rel'] < 1e-4  # the same backbone, the same outputs
+    assert 0 < row['torch_best'] <= row['torch_median']
+    assert 0 < row['ort_best'] <= row['ort_median']
