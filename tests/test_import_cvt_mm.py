@@ -127,8 +127,8 @@ LOADED = textwrap.dedent('''
 LAUNCH_MODULES = {f'cvt_mm.engine.{name}' for name in (
     'allocator', 'distributed', 'slurm', 'process_group', 'runner_setup', 'cli', 'dataset_paths',
     'layer_decay')}
-TOOL_MODULES = {'cvt_mm.benchmark', 'cvt_mm.benchmark_peers', 'cvt_mm.flops',
-                'cvt_mm.deployment'}
+TOOL_MODULES = {'cvt_mm.builders', 'cvt_mm.flops', 'cvt_mm.deployment', 'cvt_mm.visualization',
+                'benchmarks'}
 MODEL_ZOOS = {'mmdet.models', 'mmseg.models', 'mmpretrain.models', 'matplotlib'}
 
 

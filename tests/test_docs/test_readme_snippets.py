@@ -211,7 +211,8 @@ def test_every_test_the_docs_name_exists():
             defined[name] = open(path).read()
     checked = 0
     for path in DOCS:
-        for name, case in re.findall(r'`(test_\w+(?:\.\.\.)?)(?:\[([^\]]+)\])?`', open(path).read()):
+        cited = re.findall(r'`(test_\w+(?:\.\.\.)?)(?:\[([^\]]+)\])?`', open(path).read())
+        for name, case in cited:
             matches = [d for d in defined if d == name or
                        (name.endswith('...') and d.startswith(name[:-3]))]
             assert len(matches) == 1, f'{osp.relpath(path, ROOT)} names test {name!r}: ' \

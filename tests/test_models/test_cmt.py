@@ -10,7 +10,7 @@ import torch
 import torch.nn.functional as F
 
 import cvt_mm  # noqa: F401  (registers CMT)
-from cvt_mm.benchmark import held_for_backward
+from benchmarks.measure import held_for_backward
 from cvt_mm.checkpoint import CheckpointError
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.fast.matrix_resize import resize_relative_pos

@@ -100,7 +100,7 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
 
 
 def test_matrix_product_share_counts_products_and_not_element_wise_work():
-    from cvt_mm.benchmark import profile_pass
+    from benchmarks.measure import profile_pass
     a, x = torch.randn(384, 384), torch.randn(2 ** 20)
     products = profile_pass(lambda: [a @ a for _ in range(4)], count=3)
     element_wise = profile_pass(lambda: [x.exp() for _ in range(4)], count=3)
@@ -127,7 +127,7 @@ def test_matrix_product_share_counts_products_and_not_element_wise_work():
 
 
 def test_held_for_backward_counts_exactly_what_the_graph_keeps():
-    from cvt_mm.benchmark import held_for_backward
+    from benchmarks.measure import held_for_backward
 
     class Net(torch.nn.Module):
         def __init__(self):
@@ -285,7 +285,7 @@ def test_benchmark_train_iter_trains_a_constructed_swin_t_detection_head(tmp_pat
 def test_every_head_has_our_configs_and_a_swin_t_of_the_same_head():
     """Each head's three configs load; the Swin-T one has the toolbox's Swin-T backbone, its
     neck takes Swin-T's widths, and the head is the one our config trains (same type)."""
-    from cvt_mm.benchmark import (
+    from benchmarks.cases import (
         SWIN_T_CONSTRUCTED,
         TRAIN_ITER_CONFIGS,
         TRAIN_ITER_SIZES,
@@ -321,7 +321,7 @@ def test_every_head_has_our_configs_and_a_swin_t_of_the_same_head():
 def test_train_iter_pads_to_the_size_it_is_given():
     """A smaller ``--size`` is not padded back up to the recipe's crop (Mask2Former COCO pads
     to 1024x1024, MMSegmentation to its crop)."""
-    from cvt_mm.benchmark import _pad_to, train_iter_config
+    from benchmarks.cases import _pad_to, train_iter_config
     from cvt_mm.builders import load_config, model_config
     coco = load_config(train_iter_config('mask2former_coco', 'swin_t'))
     _pad_to(coco, (128, 160))
@@ -371,7 +371,8 @@ def test_get_flops_rejects_a_bad_shape():
 def test_cases_run_as_train_py_runs_unless_huge_pages_are_asked_for(monkeypatch):
     """tools/train.py leaves THP_MEM_ALLOC_ENABLE as PyTorch has it (off); a case does too,
     whatever the calling shell set, and ``--thp`` turns huge pages on for every case."""
-    from cvt_mm.benchmark import build_parser, case_env
+    from benchmarks.cases import case_env
+    from benchmarks.cli import build_parser
     monkeypatch.setenv('THP_MEM_ALLOC_ENABLE', '1')
     assert 'THP_MEM_ALLOC_ENABLE' not in case_env(thp=False)
     assert case_env(thp=True)['THP_MEM_ALLOC_ENABLE'] == '1'
@@ -381,28 +382,24 @@ def test_cases_run_as_train_py_runs_unless_huge_pages_are_asked_for(monkeypatch)
 
 
 @pytest.mark.slow
-def test_train_iter_runs_from_an_installed_package(tmp_path):
-    """cvt_mm installed without ``-e`` (a copy of the package alone) finds our configs in the
-    checkout it is run from, and elsewhere says where it looked."""
+def test_the_benchmarks_run_beside_an_installed_package(tmp_path):
+    """The benchmarks are part of the checkout, not of the package: with cvt_mm installed
+    without ``-e`` (a copy of the package alone), the tool run from another folder finds
+    its benchmarks and the checkout's configs (its cases run in the checkout)."""
     import shutil
     site = tmp_path / 'site'
     shutil.copytree(os.path.join(REPO, 'cvt_mm'), site / 'cvt_mm',
                     ignore=shutil.ignore_patterns('__pycache__'))
     env = dict(os.environ, PYTHONPATH=str(site))
-    command = [sys.executable, '-m', 'cvt_mm.benchmark', 'train-iter', '--models', 'cvt13',
-               '--size', '64', '96', '--iters', '1', '--threads', '1']
     where = subprocess.run([sys.executable, '-c', 'import cvt_mm; print(cvt_mm.__file__)'],
                            env=env, cwd=tmp_path, capture_output=True, text=True)
     assert where.stdout.startswith(str(site)), where.stdout + where.stderr
-    elsewhere = subprocess.run(command, env=env, cwd=tmp_path, capture_output=True, text=True,
-                               timeout=300)
-    assert elsewhere.returncode != 0
-    assert 'configs/mask_rcnn_cvt13_coco.py is in neither' in elsewhere.stderr
-    assert 'run this from a checkout of cvt_mm' in elsewhere.stderr
-    checkout = subprocess.run(command, env=env, cwd=REPO, capture_output=True, text=True,
-                              timeout=600)
-    assert checkout.returncode == 0, checkout.stderr[-3000:]
-    assert re.search(r'^Mask R-CNN CvT-13 +\d', checkout.stdout, re.M), checkout.stdout
+    proc = subprocess.run(
+        [sys.executable, os.path.join(REPO, 'tools', 'analysis_tools', 'benchmark.py'),
+         'train-iter', '--models', 'cvt13', '--size', '64', '96', '--iters', '1', '--threads',
+         '1'], env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert re.search(r'^Mask R-CNN CvT-13 +\d', proc.stdout, re.M), proc.stdout
 
 
 # ------------------------------------------------------------------------- official peers
@@ -423,7 +420,7 @@ def official_checkout(family: str) -> str:
 
 def fake_checkout(root, family: str, dims=(64, 192, 384)):
     """A folder with the files that identify a checkout (never run: the errors come first)."""
-    from cvt_mm.benchmark_peers import OFFICIAL_FILES
+    from benchmarks.peers import OFFICIAL_FILES
     (root / OFFICIAL_FILES[family]).parent.mkdir(parents=True)
     (root / OFFICIAL_FILES[family]).write_text('raise ImportError("not to be run")\n')
     if family == 'cvt':
@@ -465,7 +462,7 @@ def test_the_official_model_is_ours_with_other_names(family, arch, size):
     """The official model the benchmark builds holds our parameters under its names: its
     random weights, converted by our checkpoint converter, load into ours with nothing left
     over or missing, and both give the same logits (eval mode): the same work."""
-    from cvt_mm.benchmark_peers import OfficialLogits, official_peer_config
+    from benchmarks.peers import OfficialLogits, official_peer_config
     from cvt_mm.checkpoint.formats import convert_state_dict
     cfg = dict(type=family.upper() if family == 'cmt' else 'CvT', arch=arch,
                out_type='logits', num_classes=10)
@@ -487,7 +484,7 @@ def test_the_hugging_face_peer_is_ours_but_for_its_activation():
     random weights, converted by our converter, load into ours with nothing left over or
     missing) and, with the QuickGELU the official weights were trained with in place of its
     exact GELU, gives our logits: the same work."""
-    from cvt_mm.benchmark_peers import HFCvtLogits
+    from benchmarks.peers import HFCvtLogits
     from cvt_mm.checkpoint.formats import convert_state_dict
     from cvt_mm.models.layers import QuickGELU
     torch.manual_seed(0)

@@ -1,6 +1,6 @@
 """Work, time, speed and peak memory of backbones, detector and segmentor training iterations
 (per head, beside Swin-T) and classification training steps (the cases and their columns:
-``cvt_mm/benchmark.py``).
+``benchmarks/``, in the checkout beside this folder, not in the installed package).
 
     python tools/analysis_tools/benchmark.py backbone --model "dict(type='CMT', arch='s')" \\
         --sizes 800x1333 --modes infer train --profile 12 [--compile] [--json out.json]
@@ -8,9 +8,12 @@
         [--models cvt13 cmt_s swin_t] [--iters 2]
     python tools/analysis_tools/benchmark.py cls-step configs/imagenet_cvt13_300e_in1k.py
 """
+import os.path as osp
 import sys
 
-from cvt_mm.benchmark import main
+# The benchmarks live in the checkout, not in the package: run them from it.
+sys.path.insert(0, osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__)))))
+from benchmarks.cli import main  # noqa: E402
 
 if __name__ == '__main__':
     sys.exit(main())
