@@ -1,11 +1,6 @@
-"""Benchmarks of backbones, detector training iterations and classification training steps:
-work, time, speed and peak memory, each case in its own process so its peak memory is its
-own. ``tools/analysis_tools/benchmark.py`` is the command line; ``make gpu-check`` reuses the
-timer and the memory reading.
-
-One timer (:func:`time_steps`: wall seconds per call, the GPU synchronised) and one memory
-unit (GiB: :func:`peak_memory_gib`, the process's peak resident set on the CPU, PyTorch's
-peak allocation on a GPU) for everything.
+"""The command line of the benchmarks (``tools/analysis_tools/benchmark.py``): each case in
+its own process so its peak memory is its own, the results as tables and JSON. The timer and
+the memory unit: :mod:`benchmarks.measure`; the cases: :mod:`benchmarks.cases`.
 
 Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
 
@@ -13,17 +8,16 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   ``torch.no_grad()``; ``train``: forward, then backward of the sum of the outputs' means) and
   attention path; ``--compile`` adds ``torch.compile`` (inductor) for the train cases, its
   compilation reported apart; ``--vs-hf`` adds Hugging Face's CvT classifier at the same
-  arch (:class:`HFCvtLogits`; path ``hf``) and ``--official PATH`` the official model run
-  from a checkout (path ``official``; :mod:`benchmarks.peers`), each with its time over
+  arch (path ``hf``) and ``--official PATH`` the official model run from a checkout (path
+  ``official``; both :mod:`benchmarks.peers`), each with its time over
   ours; ``--entry-points`` adds the same model through timm and transformers (paths ``timm``,
   ``hf-backbone``), each with its time over ours; ``--rounds N`` runs every case N times,
   alternated (ours, then the peers), and prints the medians and the peers' ratios from them.
 * ``train-iter``: one training iteration of a head (``--head``: Mask R-CNN by default,
   Cascade Mask R-CNN, DINO 4-scale, Mask2Former on COCO and ADE20K, Semantic FPN) with
-  CvT-13, CMT-S and the toolbox's Swin-T of that head, side by side (:data:`TRAIN_ITER_CONFIGS`;
-  where the toolbox ships no Swin-T config of the head, one is constructed from its config of
-  the head and its Swin-T backbone: :data:`SWIN_T_CONSTRUCTED`), at the head's training size
-  (:data:`TRAIN_ITER_SIZES`): ``fwd s`` is data preprocessing, forward and losses, ``bwd s``
+  CvT-13, CMT-S and the toolbox's Swin-T of that head, side by side (built or constructed as
+  :mod:`benchmarks.cases` says), at the head's training size: ``fwd s`` is data
+  preprocessing, forward and losses, ``bwd s``
   the backward and the optimizer step; the ratios to Swin-T's time, work and peak memory.
 * ``cls-step``: ``model.train_step`` of a classification config at its training resolution,
   with the config's batch augmentations, loss and optimizer.
@@ -32,11 +26,11 @@ Per case: ``GFLOP`` counted by :func:`cvt_mm.flops.count_flops` in one untimed p
 multiply-add is 2 FLOPs; attention included; mmcv's RoIAlign and the like not counted),
 the median time over the timed runs after the warm-up, ``GFLOP/s`` = work over time, and
 ``--profile N`` the N operators with the most self CPU time, forward and backward apart,
-and the matrix products' share of the profiled pass (:func:`profile_pass`); with peers, a
+and the matrix products' share of the profiled pass; with peers, a
 peer's ratio over that share bounds what we can gain by leaner code around the same products
 (``at most`` in the medians table).
 Backbone training cases also print ``held GiB``: what the forward keeps for the backward,
-per stage, counted exactly by :func:`held_for_backward` (the peak resident set also holds
+per stage, counted exactly (the peak resident set also holds
 freed memory the allocator kept, so it moves by hundreds of MB between runs).
 Every run first prints the machine's own fp32 GEMM rate and memory bandwidth, to read the
 numbers against (machines of one kind differ by up to 2x).
