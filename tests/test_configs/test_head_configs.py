@@ -15,7 +15,16 @@ from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
 
-from helpers import CONFIGS, head_loss_keys, head_user_config, load_tool, run_tool
+from dumped_metrics import coco_average_precision, mean_iou
+from helpers import (
+    CONFIGS,
+    SEG_CLASSES,
+    SHAPES,
+    head_loss_keys,
+    head_user_config,
+    load_tool,
+    run_tool,
+)
 
 HEADS = ('cascade_mask_rcnn', 'dino', 'mask2former', 'sem_fpn')
 HEAD_CONFIGS = sorted(osp.basename(p) for p in glob.glob(osp.join(CONFIGS, '*.py'))
@@ -160,11 +169,22 @@ def test_trains_evaluates_counts_and_exports_through_the_tools(base, metrics, ti
         values = re.findall(rf'\s{re.escape(key)}: (\S+)', log)
         assert values and all(math.isfinite(float(v)) for v in values), key
     checkpoint = str(next(p for p in (work / 'epoch_1.pth', work / 'iter_2.pth') if p.exists()))
-    test = run_tool(['test.py', config, checkpoint, '--work-dir', str(tmp_path / 'eval')],
-                    timeout=600)
+    dump = str(tmp_path / 'predictions.pkl')
+    test = run_tool(['test.py', config, checkpoint, '--work-dir', str(tmp_path / 'eval'),
+                     '--out', dump], timeout=600)
+    # Each printed metric equals the one recomputed from the dumped predictions by
+    # pycocotools or NumPy (tests/dumped_metrics.py), to the digits the toolbox prints.
     for metric in metrics:
         value = re.findall(rf'{re.escape(metric)}: (\S+)', test.stdout + test.stderr)
-        assert value and 0 <= float(value[-1]) <= 100, metric
+        assert value, f'{metric} not printed:\n{(test.stdout + test.stderr)[-3000:]}'
+        if metric == 'mIoU':
+            expected = round(mean_iou(dump, osp.join(tiny_data, 'ade', 'annotations',
+                                                      'validation'), len(SEG_CLASSES)), 2)
+        else:
+            expected = round(coco_average_precision(
+                dump, osp.join(tiny_data, 'coco', 'annotations', 'instances_val2017.json'),
+                SHAPES, metric.split('/')[1].split('_')[0]), 3)
+        assert float(value[-1]) == pytest.approx(expected, abs=1e-9), metric
 
     # The backbone of the trained detector/segmentor as a clean checkpoint...
     exported = str(tmp_path / 'backbone.pth')
