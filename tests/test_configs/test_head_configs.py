@@ -140,14 +140,43 @@ def test_backbone_trains_at_a_tenth_of_the_lr_position_parameters_without_decay(
     assert checked and base_decay > 0
 
 
-# One config per head, through tools/train.py, tools/test.py, get_flops.py and
-# extract_backbone.py: both backbones, every kind of level-making (FPN extra convs, a
-# ChannelMapper with two synthetic levels, one synthetic level, none). The user configs
+MS_3X_CONFIGS = sorted(osp.basename(p) for p in glob.glob(osp.join(CONFIGS, '*_ms-3x_coco.py')))
+
+
+@pytest.mark.parametrize('name', MS_3X_CONFIGS)
+def test_a_3x_config_is_its_1x_sibling_with_the_3x_schedule_and_multi_scale_crops(name):
+    """A ``*_ms-3x`` config trains the model of its 1x sibling (which the tool runs below
+    and the detection tests train), so it is not trained again: its model is the sibling's
+    and what differs resolves to the 3x recipe (36 epochs, steps after 27 and 33, the
+    random-choice multi-scale resize or resize-crop-resize after a flip), test pipeline
+    unchanged."""
+    three, one = (Config.fromfile(osp.join(CONFIGS, n)) for n in
+                  (name, name.replace('_ms-3x', '')))
+    assert three.model.to_dict() == one.model.to_dict()
+    assert (three.train_cfg.max_epochs, one.train_cfg.max_epochs) == (36, 12)
+    steps = [s for s in three.param_scheduler if s['type'] == 'MultiStepLR']
+    assert [(s['milestones'], s['end']) for s in steps] == [([27, 33], 36)]
+    assert three.optim_wrapper.to_dict() == one.optim_wrapper.to_dict()
+    train = [t['type'] for t in three.train_dataloader.dataset.pipeline]
+    assert train == ['LoadImageFromFile', 'LoadAnnotations', 'RandomFlip', 'RandomChoice',
+                     'PackDetInputs']
+    choice = three.train_dataloader.dataset.pipeline[3]['transforms']
+    assert [[t['type'] for t in branch] for branch in choice] == [
+        ['RandomChoiceResize'], ['RandomChoiceResize', 'RandomCrop', 'RandomChoiceResize']]
+    assert [s[0] for s in choice[0][0]['scales']] == list(range(480, 801, 32))
+    assert three.test_dataloader.to_dict() == one.test_dataloader.to_dict()
+
+
+# One config per head, and DINO's 5-scale model (every CvT stage into the encoder) beside its
+# 4-scale one, through tools/train.py, tools/test.py, get_flops.py and extract_backbone.py:
+# both backbones, every kind of level-making (FPN extra convs, a ChannelMapper with two
+# synthetic levels, one synthetic level, none). The user configs
 # narrow DINO and Mask2Former to test size (helpers._DET_HEADS); head_loss_keys names the
 # losses of the layers they keep.
 TOOL_RUNS = [
     ('cascade_mask_rcnn_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
     ('dino_4scale_cvt13_12e_coco.py', ('coco/bbox_mAP', )),
+    ('dino_5scale_cvt13_12e_coco.py', ('coco/bbox_mAP', )),
     ('mask2former_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
     ('mask2former_cmt_s_ade20k.py', ('mIoU', )),
     ('sem_fpn_cvt13_ade20k.py', ('mIoU', )),
