@@ -362,6 +362,25 @@ def test_classification_steps_are_timed(tmp_path):
     assert line and float(line.group(1)) > 0 and float(line.group(3)) > 0, proc.stdout
 
 
+@pytest.mark.slow
+def test_get_flops_counts_a_variant_given_by_cfg_options(capsys):
+    """``--cfg-options`` (docs/detection_segmentation.md counts unshipped variants so) changes
+    the model counted: Semantic FPN with a fourth, stride-32 level by a conv on C4 has that
+    conv's parameters (3x3, 384 -> 256, and its bias) and the head's added branch."""
+    get_flops = load_tool('analysis_tools/get_flops')
+    config = os.path.join(REPO, 'configs/sem_fpn_cvt13_ade20k.py')
+    variant = ['--cfg-options', 'model.neck.num_outs=4', 'model.neck.add_extra_convs=on_input',
+               'model.decode_head.in_channels=[256,256,256,256]',
+               'model.decode_head.in_index=[0,1,2,3]',
+               'model.decode_head.feature_strides=[4,8,16,32]']
+    counts = []
+    for extra in ([], variant):
+        assert get_flops.main([config, '--shape', '64', *extra]) == 0
+        out = capsys.readouterr().out
+        counts.append(float(re.search(r'^Params: ([\d.]+) M$', out, re.M).group(1)))
+    assert counts[1] - counts[0] > (3 * 3 * 384 * 256 + 256) / 1e6
+
+
 def test_get_flops_rejects_a_bad_shape():
     get_flops = load_tool('analysis_tools/get_flops')
     with pytest.raises(SystemExit):

@@ -15,6 +15,9 @@ Random weights: the count does not depend on them.
 FLOPs "at 1280x800" were computed; the default is that input. Width 1280 x height 800 counts
 the same to 0.2 % (only CMT's position-bias resize depends on the orientation).
 
+``--cfg-options`` changes the config before the model is built, as in MMDetection's tools:
+docs/detection_segmentation.md counts the variants it compares with the shipped configs so.
+
 ``--mmcv`` also prints the count of mmcv's module-hook counter (``mmcv.cnn.
 get_model_complexity_info``), the one MMDetection 2.x's tool used: it counts convolutions,
 linear layers, norms and activations by module and misses functional operators, attention's
@@ -24,6 +27,9 @@ two matrix products among them. Parameters are the trainable ones, as that count
 import argparse
 import sys
 
+from mmengine.config import DictAction
+
+from cvt_mm.builders import load_config
 from cvt_mm.flops import get_flops
 
 
@@ -34,6 +40,9 @@ def parse_args(argv=None):
     parser.add_argument('--shape', type=int, nargs='+', default=[1280, 800],
                         help='input size: H W, or one number for a square (default 1280 800, '
                         'the input of MMDetection\'s tool and the papers\' detection FLOPs)')
+    parser.add_argument('--cfg-options', nargs='+', action=DictAction,
+                        help='override config entries before the model is built, e.g. '
+                        'model.backbone.out_indices=[0,1,2] (a variant not shipped)')
     parser.add_argument('--mmcv', action='store_true',
                         help='also count with mmcv\'s module-hook counter (MMDetection 2.x\'s '
                         'get_flops; no attention matrix products)')
@@ -47,7 +56,10 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
-    r = get_flops(args.config, args.shape, mmcv=args.mmcv)
+    cfg = load_config(args.config)
+    if args.cfg_options:
+        cfg.merge_from_dict(args.cfg_options)
+    r = get_flops(cfg, args.shape, mmcv=args.mmcv)
     split = '=' * 30
     mmcv_line = (f'Flops, mmcv counter: {r["mmcv_flops"]:.2f} GFLOPs\n' if args.mmcv else '')
     print(f'{split}\nCompute type: direct: randomly generate a picture\n'
