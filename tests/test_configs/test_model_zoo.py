@@ -1,7 +1,8 @@
 """The model zoo metadata: model-index.yml and the metafiles load and validate with OpenMMLab's
 `modelindex` package, name every config exactly once, and state the FLOPs and parameters of
-docs/model_zoo.md, whose table names every config and matches a fresh count (one small config
-here; `.dev_scripts/flops_table.py --write` regenerates them all)."""
+docs/model_zoo.md, whose table names every config and matches a fresh count (every backbone
+through its classification config here; `.dev_scripts/flops_table.py --write` regenerates
+them all)."""
 import os.path as osp
 import re
 
@@ -90,20 +91,38 @@ def test_family_readmes_show_their_metafiles(index):
         assert '@InProceedings{' in text
 
 
-def test_flops_table_row_is_get_flops_and_the_committed_row(capsys, docs_table):
-    """One small config counted afresh: the printed row has get_flops' numbers at the paper's
-    input (CMT-Ti at 160x160) and equals the committed docs row."""
-    config = 'configs/imagenet_cmt_ti_800e_in1k.py'
+# Every backbone arch with a classification config, at its ImageNet resolution.
+CLASSIFICATION_CONFIGS = {
+    'configs/imagenet_cmt_ti_800e_in1k.py': (160, '0.6', '9.5'),
+    'configs/imagenet_cmt_xs_400e_in1k.py': (192, '1.5', '15.2'),
+    'configs/imagenet_cmt_s_300e_in1k.py': (224, '4.04', '25.1'),
+    'configs/imagenet_cmt_b_300e_in1k.py': (256, '9.3', '45.7'),
+    'configs/imagenet_cvt13_300e_in1k.py': (224, '4.53', '19.98'),
+    'configs/imagenet_cvt21_300e_in1k.py': (224, '7.13', '31.54'),
+}
+
+
+def test_every_classification_config_is_counted_here(docs_table):
+    assert sorted(CLASSIFICATION_CONFIGS) == sorted(c for c in docs_table if 'imagenet_' in c)
+
+
+@pytest.mark.parametrize('config', sorted(CLASSIFICATION_CONFIGS))
+def test_flops_table_row_is_get_flops_and_the_committed_row(config, capsys, docs_table):
+    """Each backbone counted afresh by the table's script (its classification config, at its
+    ImageNet resolution: the papers' inputs) equals the committed docs row, beside the
+    paper's numbers."""
+    side, paper_flops, paper_params = CLASSIFICATION_CONFIGS[config]
     assert flops_table.main([osp.join(ROOT, config)]) == 0
     rows = flops_table.parse_table('\n'.join(
         [flops_table.TABLE_MARKERS[0], capsys.readouterr().out, flops_table.TABLE_MARKERS[1]]))
     row = rows[config]
-    r = get_flops(osp.join(ROOT, config), (160, 160), mmcv=True)
-    assert row['input (H×W)'] == '160×160'
-    assert float(row['GFLOPs (ours)']) == pytest.approx(r['flops'], abs=0.005)
-    assert float(row['GFLOPs (mmcv counter)']) == pytest.approx(r['mmcv_flops'], abs=0.005)
-    assert float(row['params M (ours)']) == pytest.approx(r['params'], abs=0.005)
-    assert (row['GFLOPs (paper)'], row['params M (paper)']) == ('0.6', '9.5')
+    assert row['input (H×W)'] == f'{side}×{side}'
+    if 'cmt_ti' in config:  # the smallest: the script prints what get_flops counts
+        r = get_flops(osp.join(ROOT, config), (side, side), mmcv=True)
+        assert float(row['GFLOPs (ours)']) == pytest.approx(r['flops'], abs=0.005)
+        assert float(row['GFLOPs (mmcv counter)']) == pytest.approx(r['mmcv_flops'], abs=0.005)
+        assert float(row['params M (ours)']) == pytest.approx(r['params'], abs=0.005)
+    assert (row['GFLOPs (paper)'], row['params M (paper)']) == (paper_flops, paper_params)
     assert row == docs_table[config]
 
 
