@@ -167,14 +167,15 @@ def test_a_3x_config_is_its_1x_sibling_with_the_3x_schedule_and_multi_scale_crop
     assert three.test_dataloader.to_dict() == one.test_dataloader.to_dict()
 
 
-# One config per head, and DINO's 5-scale model (every CvT stage into the encoder) beside its
-# 4-scale one, through tools/train.py, tools/test.py, get_flops.py and extract_backbone.py:
-# both backbones, every kind of level-making (FPN extra convs, a ChannelMapper with two
-# synthetic levels, one synthetic level, none). The user configs
-# narrow DINO and Mask2Former to test size (helpers._DET_HEADS); head_loss_keys names the
-# losses of the layers they keep.
+# One config per head, DINO's 5-scale model (every CvT stage into the encoder) beside its
+# 4-scale one and Cascade on CMT-S beside CvT-13, through tools/train.py, tools/test.py,
+# get_flops.py and extract_backbone.py: both backbones, every kind of level-making (FPN extra
+# convs, a max-pooled P6 on CMT's four stages, a ChannelMapper with two synthetic levels, one
+# synthetic level, none). The user configs narrow DINO and Mask2Former to test size
+# (helpers._DET_HEADS); head_loss_keys names the losses of the layers they keep.
 TOOL_RUNS = [
     ('cascade_mask_rcnn_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
+    ('cascade_mask_rcnn_cmt_s_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
     ('dino_4scale_cvt13_12e_coco.py', ('coco/bbox_mAP', )),
     ('dino_5scale_cvt13_12e_coco.py', ('coco/bbox_mAP', )),
     ('mask2former_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
