@@ -46,14 +46,14 @@ from .hooks import (
 )
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
 from .resume import find_resumable_checkpoint, restart_count
-from .sampling import ResumableBatchSampler, SampleIndex, SeededSampleDataset
+from .sampling import SkippingBatchSampler, WorkerRandomState
 from .workers import guard_data_worker
 
 __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'AtomicLocalBackend',
            'write_atomically', 'FiniteLossHook', 'ClassesCheckHook', 'ExactResumeHook',
            'PreemptionHook', 'HeartbeatHook', 'TrainingPreempted', 'PREEMPTED_EXIT_CODE',
            'STOPPED_EXIT_CODE', 'find_resumable_checkpoint', 'restart_count',
-           'ResumableBatchSampler', 'SampleIndex', 'SeededSampleDataset', 'guard_data_worker',
+           'SkippingBatchSampler', 'WorkerRandomState', 'guard_data_worker',
            'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop',
            'BackboneLayerDecayOptimWrapperConstructor', 'reuse_freed_memory']
 

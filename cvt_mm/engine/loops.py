@@ -4,12 +4,11 @@ already trained on.
 MMEngine's ``EpochBasedTrainLoop`` resumed from a checkpoint written mid-epoch trains that
 epoch again from its first batch, and its ``IterBasedTrainLoop`` replays every batch already
 trained on through the data loader (decoding and augmenting each image) to reach the resumed
-position. These subclasses start the data stream at the resumed batch instead
-(:meth:`cvt_mm.engine.sampling.ResumableBatchSampler.start_at`: only indices are drawn for the
-skipped batches), and wrap the train dataloader so that each sample's augmentation depends on
-its place in the run, not on the worker that loads it (:mod:`cvt_mm.engine.sampling`). Together
-with :class:`cvt_mm.engine.hooks.ExactResumeHook` a resumed run trains on the same batches,
-with the same augmentations and the same random draws, as the uninterrupted run.
+position. These subclasses train on torchdata's ``StatefulDataLoader`` and start it where the
+checkpoint left it (:mod:`cvt_mm.engine.sampling`: only indices are drawn for the batches
+before it). With :class:`cvt_mm.engine.hooks.ExactResumeHook`, which saves and restores the
+loader's state with every rank's generators, a resumed run trains on the same batches, with the
+same augmentations and the same random draws, as the uninterrupted run.
 
 ``tools/train.py`` swaps MMEngine's two loops for these (:func:`cvt_mm.engine.runner_setup.
 prepare_training`). Example (a config used with another launcher)::
@@ -30,40 +29,53 @@ from mmengine.runner.loops import (
 )
 from torch.utils.data import DataLoader
 
-from .sampling import ResumableBatchSampler, resumable_dataloader_cfg
+from .sampling import is_stateful, start_loader_at, stateful_train_dataloader
 
 __all__ = ['ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop']
 
 
-def _build_dataloader(runner, dataloader: Union[DataLoader, Dict]) -> DataLoader:
-    if not isinstance(dataloader, dict):
-        return dataloader
-    diff_rank_seed = runner._randomness_cfg.get('diff_rank_seed', False)
-    return runner.build_dataloader(resumable_dataloader_cfg(dataloader, runner.seed),
-                                   seed=runner.seed, diff_rank_seed=diff_rank_seed)
+class _ResumableLoop:
+    """What both loops share: the train dataloader made stateful, and where to resume.
 
+    :attr:`resume_batch` (batches of the current epoch, or of the stream, already trained on)
+    and :attr:`resume_data` (a :func:`~cvt_mm.engine.sampling.data_state`, when one fits this
+    run) are set by :class:`~cvt_mm.engine.hooks.ExactResumeHook` from the checkpoint; without
+    them the loop derives the batch from MMEngine's counters.
+    """
+    resume_batch: Optional[int] = None
+    resume_data: Optional[dict] = None
 
-def _resumable_sampler(dataloader: DataLoader) -> Optional[ResumableBatchSampler]:
-    sampler = getattr(dataloader, 'batch_sampler', None)
-    return sampler if isinstance(sampler, ResumableBatchSampler) else None
+    @staticmethod
+    def _stateful(runner, dataloader: Union[DataLoader, Dict]) -> DataLoader:
+        return stateful_train_dataloader(runner, dataloader) if isinstance(dataloader, dict) \
+            else dataloader
+
+    def _start_data_at(self, batch: int) -> bool:
+        """Position the loader (False: not ours, and at its start)."""
+        state, self.resume_data = self.resume_data, None
+        if not is_stateful(self.dataloader):
+            if batch:
+                raise RuntimeError(
+                    'resuming mid-epoch needs the StatefulDataLoader that this loop builds '
+                    'from the train dataloader config; it was given a built DataLoader. Pass '
+                    'the dataloader as a config dict.')
+            return False
+        start_loader_at(self.dataloader, batch, state)
+        return True
 
 
 @LOOPS.register_module()
-class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
+class ResumableEpochBasedTrainLoop(_ResumableLoop, EpochBasedTrainLoop):
     """``EpochBasedTrainLoop`` that resumes mid-epoch at the next batch.
 
-    Arguments as MMEngine's ``EpochBasedTrainLoop``. :attr:`resume_batch` (set by
-    :class:`~cvt_mm.engine.hooks.ExactResumeHook` from the checkpoint; by default
-    derived from the resumed iteration) is the number of batches of the current epoch
-    already trained on.
+    Arguments as MMEngine's ``EpochBasedTrainLoop``.
     """
 
     def __init__(self, runner, dataloader: Union[DataLoader, Dict], max_epochs: int,
                  val_begin: int = 1, val_interval: int = 1, dynamic_intervals=None) -> None:
-        super().__init__(runner, _build_dataloader(runner, dataloader), max_epochs,
+        super().__init__(runner, self._stateful(runner, dataloader), max_epochs,
                          val_begin=val_begin, val_interval=val_interval,
                          dynamic_intervals=dynamic_intervals)
-        self.resume_batch: Optional[int] = None
         self._first_epoch = True
 
     def run_epoch(self) -> None:
@@ -71,66 +83,50 @@ class ResumableEpochBasedTrainLoop(EpochBasedTrainLoop):
         start, self.resume_batch = self.resume_batch, None
         if start is None:  # not set by ExactResumeHook: MMEngine's counters tell
             start = self._iter - self._epoch * length if self._first_epoch else 0
-        self._first_epoch = False
         start = min(max(start, 0), length)
-        self.runner.call_hook('before_train_epoch')
+        self.runner.call_hook('before_train_epoch')  # sets the sampler's epoch
+        if self._first_epoch:
+            self._start_data_at(start)
+        self._first_epoch = False
         self.runner.model.train()
         if start:
             print_log(f'Resuming epoch {self._epoch + 1} at batch {start + 1}/{length}: the '
                       f'{start} batches before it were trained on before the checkpoint and '
                       'are skipped without being loaded', logger='current')
-        if start < length:
-            sampler = _resumable_sampler(self.dataloader)
-            if start and sampler is None:
-                raise RuntimeError(
-                    'resuming mid-epoch needs the ResumableBatchSampler that this loop puts '
-                    'in the train dataloader; this loop was given a built DataLoader without '
-                    'it. Pass the dataloader as a config dict.')
-            if sampler is not None:
-                sampler.start_at(start)
-            for idx, data_batch in enumerate(self.dataloader, start=start):
-                self.run_iter(idx, data_batch)
+        for idx, data_batch in enumerate(self.dataloader, start=start):
+            self.run_iter(idx, data_batch)
         self.runner.call_hook('after_train_epoch')
         self._epoch += 1
 
 
 @LOOPS.register_module()
-class ResumableIterBasedTrainLoop(IterBasedTrainLoop):
+class ResumableIterBasedTrainLoop(_ResumableLoop, IterBasedTrainLoop):
     """``IterBasedTrainLoop`` that resumes by drawing and discarding the indices of the
     batches already trained on, instead of loading them.
 
-    Arguments as MMEngine's ``IterBasedTrainLoop``. The data iterator is created when
-    training starts (MMEngine creates it with the loop, before a resume is known).
+    Arguments as MMEngine's ``IterBasedTrainLoop``.
     """
 
     def __init__(self, runner, dataloader: Union[DataLoader, Dict], max_iters: int,
                  val_begin: int = 1, val_interval: int = 1000, dynamic_intervals=None) -> None:
-        dataloader = _build_dataloader(runner, dataloader)
-        sampler = _resumable_sampler(dataloader)
-        if sampler is not None:
-            sampler.hold()  # MMEngine's __init__ iterates once; nothing is prefetched
+        dataloader = self._stateful(runner, dataloader)
+        if is_stateful(dataloader):
+            # MMEngine's __init__ makes a data iterator; it must draw nothing yet.
+            dataloader.batch_sampler.hold()
         super().__init__(runner, dataloader, max_iters, val_begin=val_begin,
                          val_interval=val_interval, dynamic_intervals=dynamic_intervals)
-        self.resume_batch: Optional[int] = None
 
     def run(self):
         self.runner.call_hook('before_train')
         self.runner.call_hook('before_train_epoch')
         start = self._iter if self.resume_batch is None else self.resume_batch
         self.resume_batch = None
-        sampler = _resumable_sampler(self.dataloader)
-        if sampler is not None:
-            if start:
-                print_log(f'Resuming at iteration {self._iter + 1}: the indices of the {start} '
-                          'batches trained on before the checkpoint are drawn and discarded; '
-                          'no image of them is loaded', logger='current')
-            sampler.start_at(start)
+        if start:
+            print_log(f'Resuming at iteration {self._iter + 1}: the indices of the {start} '
+                      'batches trained on before the checkpoint are drawn and discarded; no '
+                      'image of them is loaded', logger='current')
+        if self._start_data_at(start):
             self.dataloader_iterator = _InfiniteDataloaderIterator(self.dataloader)
-        elif self._iter:
-            print_log(f'Advancing the dataloader {self._iter} batches (loading them) to skip '
-                      'data already trained on', logger='current')
-            for _ in range(self._iter):
-                next(self.dataloader_iterator)
         while self._iter < self._max_iters and not self.stop_training:
             self.runner.model.train()
             data_batch = next(self.dataloader_iterator)

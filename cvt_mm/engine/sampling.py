@@ -1,144 +1,64 @@
-"""Training data that resumes exactly, on every rank, with persistent workers.
+"""Training data that resumes exactly, on every rank, with persistent workers: torchdata's
+``StatefulDataLoader``.
 
-MMEngine seeds each data-loader worker once, from (seed, rank, worker id). A worker's random
-augmentations therefore depend on how many samples that worker has drawn before, which a
-resume cannot restore: persistent workers start their streams again, and which worker loads
-which sample depends on timing. Here each sample's randomness is a function of the sample's
-place in the run instead:
+A data-loader worker's random augmentations depend on how many samples it has drawn before,
+and which worker loads which batch depends on where the loader's round-robin stands; a resumed
+run with fresh workers would augment differently. ``StatefulDataLoader`` snapshots, with every
+batch it yields, the sampler's position, the round-robin and each worker's dataset state;
+:class:`WorkerRandomState` makes that dataset state the worker's generators. A loader restored
+from a snapshot continues with the same batches, loaded by the same workers with the same
+augmentations (persistent workers or not), and draws only indices for the batches before it.
 
-* :class:`ResumableBatchSampler` wraps the run's batch sampler. It gives every index it yields
-  a seed derived from (run seed, sampler epoch, rank, position in this rank's stream) as a
-  :class:`SampleIndex`, and can start an iteration at batch ``n`` by drawing and discarding the
-  first ``n`` batches of indices (no image is read for them).
-* :class:`SeededSampleDataset` wraps the dataset: for a :class:`SampleIndex` it seeds Python's,
-  NumPy's and torch's generators from the index's seed, runs the wrapped dataset's
-  ``__getitem__`` (pipeline included) and puts the caller's generator states back.
+:func:`stateful_train_dataloader` builds such a loader from a train dataloader config;
+:func:`data_state` and :func:`start_loader_at` are what
+:class:`~cvt_mm.engine.hooks.ExactResumeHook` and the loops of :mod:`cvt_mm.engine.loops` call
+on save and resume. Where no snapshot fits (another number of processes or of workers), the
+loader starts at a batch by drawing and discarding the indices before it
+(:class:`SkippingBatchSampler`): the same share of the data, not the same augmentations.
 
-The training loops of :mod:`cvt_mm.engine.loops` install both, with data workers that die with
-their process (:mod:`cvt_mm.engine.workers`); nothing else is needed.
+Example::
 
-Example (what the loops do to a train dataloader config)::
-
-    train_dataloader = dict(
-        batch_size=2, num_workers=2, persistent_workers=True,
-        sampler=dict(type='DefaultSampler', shuffle=True),
-        batch_sampler=dict(type='ResumableBatchSampler', seed=0,
-                           batch_sampler=dict(type='AspectRatioBatchSampler')),
-        worker_init_fn=dict(type='guard_data_worker', seed=0),
-        dataset=dict(type='SeededSampleDataset', dataset=dict(type='CocoDataset', ...)))
+    loader = stateful_train_dataloader(runner, runner.cfg.train_dataloader)
+    state = data_state(loader)        # after some batches: saved with the checkpoint
+    start_loader_at(new_loader, batch=5, state=state)  # in the resumed run
 """
 from __future__ import annotations
 
-import contextlib
-import random
-from typing import Iterator, List, Optional
+import sys
+from itertools import islice
+from typing import TYPE_CHECKING, Optional
 
-import numpy as np
 import torch
-from mmengine.dist import get_dist_info
-from mmengine.registry import DATA_SAMPLERS, DATASETS
-from torch.utils.data import BatchSampler
 
+from .random_state import capture_random_states, restore_random_states
 from .workers import guarded_worker_init_cfg
 
-__all__ = ['SampleIndex', 'derive_sample_seed', 'seeded_generators', 'SeededSampleDataset',
-           'ResumableBatchSampler', 'resumable_dataloader_cfg']
+if TYPE_CHECKING:
+    from torchdata.stateful_dataloader import StatefulDataLoader
 
+__all__ = ['WorkerRandomState', 'SkippingBatchSampler', 'stateful_train_dataloader',
+           'is_stateful', 'data_state', 'start_loader_at']
 
-class SampleIndex(int):
-    """A dataset index that carries the seed of the sample's random transforms.
+class WorkerRandomState:
+    """Dataset wrapper whose state (torchdata's ``Stateful`` protocol) is the generators of the
+    data-loader worker it runs in: Python's, NumPy's and torch's.
 
-    It is an ``int`` everywhere (batch samplers, ``get_data_info``, list indexing); only
-    :class:`SeededSampleDataset` reads ``sample_seed``. Pickles with its seed, so it reaches
-    data-loader workers intact.
-
-    Example::
-
-        >>> i = SampleIndex(7, sample_seed=123)
-        >>> i + 1, i.sample_seed
-        (8, 123)
-    """
-
-    sample_seed: int
-
-    def __new__(cls, index: int, sample_seed: int) -> 'SampleIndex':
-        obj = super().__new__(cls, index)
-        obj.sample_seed = sample_seed
-        return obj
-
-    def __reduce__(self):
-        return SampleIndex, (int(self), self.sample_seed)
-
-    def __repr__(self) -> str:
-        return f'SampleIndex({int(self)}, sample_seed={self.sample_seed})'
-
-
-def derive_sample_seed(seed: int, epoch: int, rank: int, position: int) -> int:
-    """The 63-bit seed of the sample at ``position`` of rank ``rank``'s stream in ``epoch``
-    of the run seeded with ``seed`` (NumPy's ``SeedSequence`` mixes the four numbers, so
-    nearby keys give unrelated seeds)."""
-    words = np.random.SeedSequence([seed & (2**63 - 1), epoch, rank, position]).generate_state(
-        2, np.uint32)
-    return (int(words[0]) << 31) ^ int(words[1])
-
-
-def _seed_all(seed: int) -> None:
-    random.seed(seed)
-    np.random.seed(seed % 2**32)
-    # The CPU generator only: torch.manual_seed also seeds every accelerator backend, which
-    # is slower (docs/benchmarks.md), and data transforms draw on the CPU.
-    torch.default_generator.manual_seed(seed)
-
-
-@contextlib.contextmanager
-def seeded_generators(seed: int):
-    """Seed Python's ``random``, NumPy's global generator and torch's CPU generator from
-    ``seed`` for the block. In the main process their states are restored afterwards, so the
-    training's own random stream is untouched; in a data-loader worker nothing else draws
-    from them, and the restore, the dearer half, is skipped (docs/benchmarks.md)."""
-    if torch.utils.data.get_worker_info() is not None:
-        _seed_all(seed)
-        yield
-        return
-    states = random.getstate(), np.random.get_state(), torch.get_rng_state()
-    _seed_all(seed)
-    try:
-        yield
-    finally:
-        random.setstate(states[0])
-        np.random.set_state(states[1])
-        torch.set_rng_state(states[2])
-
-
-@DATASETS.register_module()
-class SeededSampleDataset:
-    """Dataset wrapper: the random transforms of each sample draw from the seed its
-    :class:`SampleIndex` carries, whichever process or worker loads it.
-
-    Plain integer indices go to the wrapped dataset unchanged. Every other attribute
-    (``metainfo``, ``get_data_info``, ``full_init``, ...) is the wrapped dataset's.
+    In the main process the state is empty: there the generators are the training's, which
+    :class:`~cvt_mm.engine.hooks.ExactResumeHook` saves at the iteration boundary. Every other
+    attribute (``metainfo``, ``get_data_info``, ...) is the wrapped dataset's.
 
     Args:
-        dataset (dict | Dataset): the dataset, or its config (built in the current scope).
-
-    Example::
-
-        >>> wrapped = SeededSampleDataset(dict(type='CocoDataset', ...))
-        >>> wrapped[SampleIndex(3, sample_seed=42)]  # the same result in every process
+        dataset (Dataset): the training dataset.
     """
 
     def __init__(self, dataset):
-        self.dataset = DATASETS.build(dataset) if isinstance(dataset, dict) else dataset
+        self.dataset = dataset
 
     def __len__(self) -> int:
         return len(self.dataset)
 
     def __getitem__(self, index):
-        seed = getattr(index, 'sample_seed', None)
-        if seed is None:
-            return self.dataset[index]
-        with seeded_generators(seed):
-            return self.dataset[int(index)]
+        return self.dataset[index]
 
     def __getattr__(self, name: str):
         # Dunders and our own attribute are never forwarded (unpickling looks them up before
@@ -147,49 +67,26 @@ class SeededSampleDataset:
             raise AttributeError(name)
         return getattr(self.dataset, name)
 
-    def __repr__(self) -> str:
-        return f'SeededSampleDataset({self.dataset!r})'
+    def state_dict(self) -> dict:
+        return capture_random_states() if torch.utils.data.get_worker_info() else {}
+
+    def load_state_dict(self, state: dict) -> None:
+        if state:
+            restore_random_states(state)
 
 
-@DATA_SAMPLERS.register_module()
-class ResumableBatchSampler:
-    """Batch sampler wrapper that seeds each sample by its place in the run and can start an
-    iteration part-way.
-
-    Each yielded index is a :class:`SampleIndex` whose seed is :func:`derive_sample_seed` of
-    (``seed``, the sampler's ``epoch``, this process's rank, the index's position in this
-    iteration of the stream). :meth:`start_at` makes the next iteration begin at a given batch:
-    the batches before it are drawn from the wrapped batch sampler (so bucketing batch samplers
-    such as MMDetection's ``AspectRatioBatchSampler`` reach the same state) and discarded, and
-    their positions still count. :meth:`hold` makes iterations empty until :meth:`start_at` is
-    called, for loops that create their data iterator before they know where to start.
+class SkippingBatchSampler:
+    """Batch sampler wrapper whose next iteration can begin at a given batch: the batches
+    before it are drawn from the wrapped sampler (bucketing samplers such as MMDetection's
+    ``AspectRatioBatchSampler`` reach the same state) and discarded, no sample loaded.
 
     Args:
-        sampler (Sampler): the index sampler (MMEngine passes it).
-        batch_size (int): samples per batch (MMEngine passes it).
-        batch_sampler (dict | Sampler, optional): the batch sampler to wrap, or its config;
-            by default torch's ``BatchSampler``. Defaults to None.
-        drop_last (bool): for the default batch sampler only. Defaults to False.
-        seed (int): the run's seed. Defaults to 0.
-
-    Example::
-
-        >>> bs = ResumableBatchSampler(DefaultSampler(dataset, seed=0), batch_size=2, seed=0)
-        >>> bs.start_at(5)  # the next epoch begins with its sixth batch
+        batch_sampler (Sampler): the batch sampler to wrap.
     """
 
-    def __init__(self, sampler, batch_size: int, batch_sampler=None, drop_last: bool = False,
-                 seed: int = 0):
-        if batch_sampler is None:
-            batch_sampler = BatchSampler(sampler, batch_size, drop_last)
-        elif isinstance(batch_sampler, dict):
-            batch_sampler = DATA_SAMPLERS.build(
-                batch_sampler, default_args=dict(sampler=sampler, batch_size=batch_size))
+    def __init__(self, batch_sampler):
         self.batch_sampler = batch_sampler
-        self.batch_size = batch_size
-        self.seed = int(seed)
-        self.rank = get_dist_info()[0]
-        self._start: Optional[int] = 0
+        self._skip: Optional[int] = 0
 
     @property
     def sampler(self):
@@ -199,57 +96,83 @@ class ResumableBatchSampler:
     def __len__(self) -> int:
         return len(self.batch_sampler)
 
+    def skip_next(self, batches: int) -> None:
+        """Begin the next iteration with batch number ``batches`` (0 = from the start)."""
+        if batches < 0:
+            raise ValueError(f'skip_next: batches must be >= 0, got {batches}')
+        self._skip = int(batches)
+
     def hold(self) -> None:
-        """Iterations yield nothing until :meth:`start_at` is called."""
-        self._start = None
+        """Iterations yield nothing, and draw nothing from the wrapped sampler, until
+        :meth:`skip_next` is called: for loops that make their data iterator before they know
+        where to start (MMEngine's iteration-based loop, whose ``InfiniteSampler`` continues
+        one stream across iterators)."""
+        self._skip = None
 
-    def start_at(self, batch: int) -> None:
-        """Begin the next iteration with batch number ``batch`` (0 = from the start)."""
-        if batch < 0:
-            raise ValueError(f'start_at: batch must be >= 0, got {batch}')
-        self._start = int(batch)
-
-    def __iter__(self) -> Iterator[List[SampleIndex]]:
-        # The start is read when the first batch is drawn, not here: a DataLoader iterator
-        # calls iter() on its batch sampler twice when it is created.
-        if self._start is None:
-            return
-        start, self._start = self._start, 0
-        epoch = int(getattr(self.sampler, 'epoch', 0))
-        position = 0
-        for number, batch in enumerate(self.batch_sampler):
-            if number >= start:
-                yield [SampleIndex(index, derive_sample_seed(self.seed, epoch, self.rank,
-                                                             position + k))
-                       for k, index in enumerate(batch)]
-            position += len(batch)
+    def __iter__(self):
+        # Read at the first draw, not at iter(): a DataLoader iterator calls iter() on its
+        # batch sampler twice when it is created.
+        skip, self._skip = self._skip, 0
+        if skip is not None:
+            yield from islice(self.batch_sampler, skip, None)
 
 
-def _has_type(cfg, name: str) -> bool:
-    return isinstance(cfg, dict) and cfg.get('type') == name
-
-
-def resumable_dataloader_cfg(cfg: dict, seed: int) -> dict:
-    """A copy of a train dataloader config with the dataset wrapped in
-    :class:`SeededSampleDataset`, the batch sampler in :class:`ResumableBatchSampler` and
-    :func:`guard_data_worker` as ``worker_init_fn``; parts already wrapped are kept.
+def stateful_train_dataloader(runner, cfg: dict) -> 'StatefulDataLoader':
+    """The train dataloader of ``cfg`` (built by MMEngine's ``Runner.build_dataloader``) as a
+    ``StatefulDataLoader`` snapshotting every batch, with its dataset in
+    :class:`WorkerRandomState`, its batch sampler in :class:`SkippingBatchSampler`, data
+    workers that die with their process and a generator of its own for the workers' base
+    seed (drawn from the global one, a resumed run's new iterator would shift the training's
+    random stream where the uninterrupted run only reset its persistent workers).
 
     Args:
+        runner (Runner): the runner (its seed and randomness settings).
         cfg (dict): the ``train_dataloader`` config.
-        seed (int): the run's seed (``runner.seed``).
     """
-    cfg = {k: v for k, v in cfg.items()}
-    if not _has_type(cfg.get('dataset'), 'SeededSampleDataset'):
-        cfg['dataset'] = dict(type='SeededSampleDataset', dataset=cfg['dataset'])
-    batch_sampler = cfg.pop('batch_sampler', None)
-    if not _has_type(batch_sampler, 'ResumableBatchSampler'):
-        batch_sampler = dict(type='ResumableBatchSampler', batch_sampler=batch_sampler,
-                             drop_last=cfg.get('drop_last', False), seed=seed)
-    cfg.pop('drop_last', None)  # the batch sampler's business now
-    cfg['batch_sampler'] = batch_sampler
-    # Each new data iterator draws a number from this generator; from the global one, the
-    # draw would shift the training's random stream differently when a resumed run creates
-    # its persistent-worker iterator where the uninterrupted run only reset it.
-    cfg.setdefault('generator', torch.Generator().manual_seed(seed))
-    cfg.setdefault('worker_init_fn', guarded_worker_init_cfg(seed))
-    return cfg
+    # Imported here: `import cvt_mm` registers the loops without loading torchdata.
+    from torchdata.stateful_dataloader import StatefulDataLoader
+
+    cfg = dict(cfg)
+    cfg.setdefault('generator', torch.Generator().manual_seed(runner.seed))
+    cfg.setdefault('worker_init_fn', guarded_worker_init_cfg(runner.seed))
+    built = runner.build_dataloader(
+        cfg, seed=runner.seed, diff_rank_seed=runner._randomness_cfg.get('diff_rank_seed', False))
+    return StatefulDataLoader(
+        WorkerRandomState(built.dataset), batch_sampler=SkippingBatchSampler(built.batch_sampler),
+        num_workers=built.num_workers, collate_fn=built.collate_fn, pin_memory=built.pin_memory,
+        timeout=built.timeout, worker_init_fn=built.worker_init_fn,
+        multiprocessing_context=built.multiprocessing_context, generator=built.generator,
+        prefetch_factor=built.prefetch_factor, persistent_workers=built.persistent_workers,
+        pin_memory_device=built.pin_memory_device, snapshot_every_n_steps=1)
+
+
+def is_stateful(loader) -> bool:
+    """Whether ``loader`` is a ``StatefulDataLoader`` (without importing torchdata)."""
+    module = sys.modules.get('torchdata.stateful_dataloader')
+    return module is not None and isinstance(loader, module.StatefulDataLoader)
+
+
+def data_state(loader: 'StatefulDataLoader') -> dict:
+    """Where ``loader`` stands, for a checkpoint: its snapshot after the last batch it yielded,
+    the generator of its workers' base seeds and its number of workers."""
+    return dict(loader=loader.state_dict(), generator=loader.generator.get_state(),
+                num_workers=loader.num_workers)
+
+
+def start_loader_at(loader: 'StatefulDataLoader', batch: int, state: Optional[dict] = None) -> None:
+    """Make ``loader``'s next iteration begin at batch ``batch`` of its epoch: exactly, from a
+    :func:`data_state` saved there, or by drawing and discarding the indices of the batches
+    before it when ``state`` is None. Call it once the sampler's epoch is set, before the
+    epoch's ``iter(loader)``, and iterate the epoch even when ``batch`` is its end (a state
+    saved after an epoch's last batch, before the loader raised ``StopIteration``, still has
+    that epoch's end to reach).
+    """
+    loader.batch_sampler.skip_next(batch if state is None else 0)  # and ends a hold()
+    if state is None:
+        return
+    loader.load_state_dict(state['loader'])
+    # The restored iterator is made now (torchdata's state_dict() makes it, and the next
+    # iter() returns it): its draw of a base seed, then overwritten by the saved one, precedes
+    # the restore of the generator that the next epoch's new workers draw from.
+    loader.state_dict()
+    loader.generator.set_state(state['generator'])

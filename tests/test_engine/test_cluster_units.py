@@ -1,9 +1,8 @@
-"""The pieces of cluster-scale training, one at a time: per-sample seeds, the batch sampler
-that starts part-way, data workers that die with their process, the slurm environment,
+"""The pieces of cluster-scale training, one at a time: the data loader's saved state, the
+batch sampler that starts part-way, data workers that die with their process, the slurm environment,
 restart detection, the checkpoint a restart picks, the config changes tools/train.py makes,
 and a stop signal that cannot be agreed with a dead peer (real processes, real gloo)."""
 import os
-import pickle
 import random
 import signal
 import subprocess
@@ -17,18 +16,19 @@ import torch
 from mmengine.config import Config
 from mmengine.dataset import DefaultSampler, InfiniteSampler
 from mmengine.hooks import Hook
-from torch.utils.data import DataLoader
+from torch.utils.data import BatchSampler
+from torchdata.stateful_dataloader import StatefulDataLoader
 
 import cvt_mm  # noqa: F401
 from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
+from cvt_mm.engine.random_state import capture_random_states, restore_random_states
 from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
 from cvt_mm.engine.runner_setup import prepare_training
 from cvt_mm.engine.sampling import (
-    ResumableBatchSampler,
-    SampleIndex,
-    SeededSampleDataset,
-    derive_sample_seed,
-    resumable_dataloader_cfg,
+    SkippingBatchSampler,
+    WorkerRandomState,
+    data_state,
+    start_loader_at,
 )
 from cvt_mm.engine.slurm import first_slurm_host, slurm_environment
 
@@ -48,94 +48,134 @@ class RandomDataset:
         return (int(i), random.random(), float(np.random.rand()), float(torch.rand(1)))
 
 
-# ----------------------------------------------------------------------------- sample seeds
-def test_a_sample_index_is_an_int_that_keeps_its_seed_through_pickling():
-    index = SampleIndex(7, sample_seed=2**62 + 5)
-    copy = pickle.loads(pickle.dumps(index))
-    assert copy == 7 and copy + 1 == 8 and [10, 11, 12, 13, 14, 15, 16, 17][index] == 17
-    assert copy.sample_seed == 2**62 + 5 and type(copy) is SampleIndex
+# ----------------------------------------------------------------------------- the data state
+class CountingDataset(RandomDataset):
+    """Records in a shared file which items were loaded (by any process)."""
+
+    def __init__(self, n, record):
+        super().__init__(n)
+        self.record = record
+
+    def __getitem__(self, i):
+        with open(self.record, 'a') as f:
+            f.write(f'{int(i)}\n')
+        return super().__getitem__(i)
 
 
-def test_derived_seeds_differ_per_key_and_repeat_per_key():
-    keys = [(0, e, r, p) for e in range(2) for r in range(2) for p in range(50)]
-    seeds = [derive_sample_seed(*k) for k in keys]
-    assert len(set(seeds)) == len(seeds) and all(0 <= s < 2**63 for s in seeds)
-    assert derive_sample_seed(3, 1, 0, 9) == derive_sample_seed(3, 1, 0, 9)
-    assert derive_sample_seed(4, 1, 0, 9) != derive_sample_seed(3, 1, 0, 9)
+def _stateful_loader(dataset, sampler, num_workers, persistent, batch_sampler=None):
+    return StatefulDataLoader(
+        WorkerRandomState(dataset),
+        batch_sampler=SkippingBatchSampler(batch_sampler or BatchSampler(sampler, 3, False)),
+        num_workers=num_workers, persistent_workers=persistent, collate_fn=lambda b: b,
+        generator=torch.Generator().manual_seed(5), snapshot_every_n_steps=1)
 
 
-def test_the_seeded_dataset_depends_on_the_key_alone_and_leaves_the_caller_alone():
-    data = SeededSampleDataset(RandomDataset())
-    torch.manual_seed(0)
-    before = torch.get_rng_state()
-    first = data[SampleIndex(3, sample_seed=11)]
-    assert torch.equal(torch.get_rng_state(), before)  # the caller's stream is untouched
-    random.random(), np.random.rand(), torch.rand(1)  # whatever happened before
-    assert data[SampleIndex(3, sample_seed=11)] == first
-    assert data[SampleIndex(3, sample_seed=12)] != first
-    assert data[3][0] == 3 and len(data) == 12  # plain indices pass through
+def _epochs(loader, sampler, first, last, stop=None):
+    """Batches of epochs first..last; with ``stop=(epoch, batch)`` the run ends after that
+    batch and returns the data state and the generators (what ExactResumeHook saves)."""
+    out = []
+    for epoch in range(first, last + 1):
+        sampler.set_epoch(epoch)
+        for number, batch in enumerate(loader):
+            out.append(batch)
+            if (epoch, number) == stop:
+                return out, (data_state(loader), capture_random_states())
+    return out, None
 
 
-def _loader(dataset, sampler, num_workers, persistent):
-    return DataLoader(SeededSampleDataset(dataset),
-                      batch_sampler=ResumableBatchSampler(sampler, batch_size=3, seed=5),
-                      num_workers=num_workers, persistent_workers=persistent,
-                      collate_fn=lambda b: b)
+@pytest.mark.parametrize('workers,persistent', [(2, True), (3, False), (0, False)],
+                         ids=['2 persistent workers', '3 workers', 'no workers'])
+@pytest.mark.parametrize('stop', [(0, 1), (0, 4), (1, 2)],
+                         ids=['mid-epoch', "an epoch's end", 'second epoch'])
+def test_a_restored_loader_continues_with_the_same_batches_and_augmentations(
+        tmp_path, workers, persistent, stop):
+    """The uninterrupted run against one stopped after ``stop`` and continued by a new loader
+    from the saved state (new workers, the main process's generators elsewhere meanwhile),
+    over three epochs of 5 batches. Items draw from the generators of whichever process loads
+    them, as random transforms do."""
+    dataset = CountingDataset(14, tmp_path / 'loaded.txt')
 
-
-def test_what_a_sample_gets_does_not_depend_on_which_worker_loads_it():
-    dataset = RandomDataset()
-    runs = []
-    for workers, persistent in ((0, False), (2, True), (1, False)):
+    def make():
         sampler = DefaultSampler(dataset, shuffle=True, seed=1)
-        loader = _loader(dataset, sampler, workers, persistent)
-        epochs = []
-        for epoch in range(2):
-            sampler.set_epoch(epoch)
-            epochs.append([item for batch in loader for item in batch])
-        runs.append(epochs)
-    assert runs[0] == runs[1] == runs[2]
-    assert runs[0][0] != runs[0][1]  # another epoch, other draws
+        return _stateful_loader(dataset, sampler, workers, persistent), sampler
+
+    torch.manual_seed(0), random.seed(0), np.random.seed(0)
+    loader, sampler = make()
+    full, _ = _epochs(loader, sampler, 0, 2)
+    assert len(full) == 15 and full[:5] != full[5:10]  # another epoch, other draws
+    torch.manual_seed(0), random.seed(0), np.random.seed(0)
+    loader, sampler = make()
+    before, (state, generators) = _epochs(loader, sampler, 0, 2, stop=stop)
+    del loader
+    torch.manual_seed(99), random.random(), np.random.rand()  # whatever happens meanwhile
+
+    loader, sampler = make()
+    (tmp_path / 'loaded.txt').unlink()
+    epoch, batch = stop
+    restore_random_states(generators)  # ExactResumeHook, at the resumed epoch's start
+    sampler.set_epoch(epoch)  # MMEngine's DistSamplerSeedHook, then
+    start_loader_at(loader, batch + 1, state)  # the loops, with the saved state
+    after, _ = _epochs(loader, sampler, epoch, 2)  # the stopped epoch's rest (maybe none)
+    assert before + after == full
+    # The batches before the stop were not loaded again, only the ones after it.
+    loaded = [int(i) for i in (tmp_path / 'loaded.txt').read_text().split()]
+    assert sorted(loaded) == sorted(item[0] for b in after for item in b)
 
 
-def test_a_started_iteration_continues_the_full_one_exactly():
-    dataset = RandomDataset(14)
+def test_the_data_state_loads_with_safe_unpickling(tmp_path):
+    dataset = RandomDataset(12)
+    sampler = DefaultSampler(dataset, shuffle=True, seed=1)
+    loader = _stateful_loader(dataset, sampler, 2, True)
+    _, (state, _) = _epochs(loader, sampler, 0, 0, stop=(0, 1))
+    torch.save(dict(resume_state=dict(data_states=[state])), tmp_path / 'c.pth')
+    loaded = torch.load(tmp_path / 'c.pth', weights_only=True)['resume_state']['data_states'][0]
+    assert loaded['num_workers'] == 2 and torch.equal(loaded['generator'], state['generator'])
+
+
+def test_a_skip_starts_at_a_batch_drawing_only_indices(tmp_path):
+    """The fallback where no saved state fits (another number of processes or workers)."""
+    dataset = CountingDataset(14, tmp_path / 'loaded.txt')
     sampler = DefaultSampler(dataset, shuffle=True, seed=2)
-    loader = _loader(dataset, sampler, 2, True)
-    full = [batch for batch in loader]
-    loader.batch_sampler.start_at(2)
-    assert [batch for batch in loader] == full[2:]
-    assert [batch for batch in loader] == full  # the start applies once
-    loader.batch_sampler.hold()
-    assert list(loader) == []
-    loader.batch_sampler.start_at(4)
-    assert list(loader) == full[4:]
+    loader = _stateful_loader(dataset, sampler, 2, True)
+    full = [[item[0] for item in batch] for batch in loader]
+    (tmp_path / 'loaded.txt').unlink()
+    start_loader_at(loader, 2)
+    assert [[item[0] for item in batch] for batch in loader] == full[2:]
+    assert sorted(int(i) for i in (tmp_path / 'loaded.txt').read_text().split()) == \
+        sorted(i for batch in full[2:] for i in batch)  # the skipped batches were not loaded
+    assert [[item[0] for item in batch] for batch in loader] == full  # the skip applies once
     with pytest.raises(ValueError, match='must be >= 0'):
-        loader.batch_sampler.start_at(-1)
+        loader.batch_sampler.skip_next(-1)
 
 
-def test_the_start_survives_a_dataloader_that_iterates_its_sampler_twice():
-    """PyTorch's multi-process iterator calls iter() on the batch sampler twice when it is
-    created; the start is read when the first batch is drawn."""
-    sampler = ResumableBatchSampler(list(range(10)), batch_size=2, seed=0)
-    sampler.start_at(3)
-    first, second = iter(sampler), iter(sampler)
-    assert [int(i) for i in next(second)] == [6, 7]
-    del first
+@pytest.mark.parametrize('workers', [2, 0])
+def test_an_infinite_stream_resumes_at_the_same_batches_and_augmentations(workers):
+    """MMEngine's iteration-based loop: its InfiniteSampler continues one stream across
+    iterators, and the loop makes an iterator before it knows where to start (held: it must
+    draw nothing). Restored from the state after 4 batches, or skipped to batch 4."""
+    from mmengine.runner.loops import _InfiniteDataloaderIterator
 
-
-def test_an_infinite_stream_resumes_at_the_same_batches_and_seeds():
     dataset = RandomDataset(5)
-    full = ResumableBatchSampler(InfiniteSampler(dataset, seed=3), batch_size=2, seed=3)
-    stream = iter(full)
-    reference = [next(stream) for _ in range(9)]
-    resumed = ResumableBatchSampler(InfiniteSampler(dataset, seed=3), batch_size=2, seed=3)
-    resumed.start_at(6)
-    stream = iter(resumed)
-    tail = [next(stream) for _ in range(3)]
-    assert tail == reference[6:]
-    assert [[i.sample_seed for i in b] for b in tail] == \
-        [[i.sample_seed for i in b] for b in reference[6:]]
+
+    def batches(start, count, state=None):
+        loader = _stateful_loader(dataset, None, workers, workers > 0, batch_sampler=BatchSampler(
+            InfiniteSampler(dataset, seed=3), 2, False))
+        loader.batch_sampler.hold()
+        _InfiniteDataloaderIterator(loader)  # what MMEngine's __init__ makes
+        start_loader_at(loader, start, state)
+        stream = _InfiniteDataloaderIterator(loader)
+        return [next(stream) for _ in range(count)], loader
+
+    torch.manual_seed(0), random.seed(0), np.random.seed(0)
+    full, _ = batches(0, 7)
+    torch.manual_seed(0), random.seed(0), np.random.seed(0)
+    first, loader = batches(0, 4)
+    state, generators = data_state(loader), capture_random_states()
+    restore_random_states(generators)
+    assert batches(4, 3, state)[0] == full[4:]
+    skipped, _ = batches(4, 3)
+    assert [[item[0] for item in b] for b in skipped] == [[item[0] for item in b]
+                                                           for b in full[4:]]
 
 
 def test_bucketing_batch_samplers_are_skipped_through_their_own_batches():
@@ -146,26 +186,12 @@ def test_bucketing_batch_samplers_are_skipped_through_their_own_batches():
             return dict(width=100 + 50 * (i % 3 == 0), height=100)
 
     dataset = Shapes(16)
-    make = lambda: ResumableBatchSampler(  # noqa: E731
-        DefaultSampler(dataset, shuffle=True, seed=0), batch_size=3, seed=0,
-        batch_sampler=AspectRatioBatchSampler(DefaultSampler(dataset, shuffle=True, seed=0), 3))
+    make = lambda: SkippingBatchSampler(  # noqa: E731
+        AspectRatioBatchSampler(DefaultSampler(dataset, shuffle=True, seed=0), 3))
     full = list(make())
     started = make()
-    started.start_at(2)
+    started.skip_next(2)
     assert list(started) == full[2:] and len(full) == len(started)
-
-
-def test_the_train_dataloader_config_is_wrapped_once():
-    cfg = dict(batch_size=2, num_workers=2, drop_last=True, dataset=dict(type='X'),
-               sampler=dict(type='DefaultSampler'))
-    wrapped = resumable_dataloader_cfg(cfg, seed=3)
-    assert wrapped['dataset'] == dict(type='SeededSampleDataset', dataset=dict(type='X'))
-    assert wrapped['batch_sampler']['type'] == 'ResumableBatchSampler'
-    assert wrapped['batch_sampler']['drop_last'] is True and 'drop_last' not in wrapped
-    assert wrapped['worker_init_fn'] == dict(type='guard_data_worker', seed=3)
-    again = resumable_dataloader_cfg(wrapped, seed=3)
-    assert again['dataset'] == wrapped['dataset']
-    assert again['batch_sampler']['batch_sampler'] is None  # not wrapped twice
 
 
 # ----------------------------------------------------------------------------- data workers

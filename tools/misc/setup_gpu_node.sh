@@ -47,12 +47,13 @@ pip=("$py" -m pip --disable-pip-version-check install --no-index --find-links "$
      --no-deps --no-compile --target "$site" -q)
 
 # What the node lacks: every wheel of the list whose distribution the node does not have.
-# The OpenMMLab packages themselves are always ours. setuptools<70 is ours too: mmcv's
+# The OpenMMLab packages themselves are always ours, and torchdata (an image's may predate
+# StatefulDataLoader). setuptools<70 is ours too: mmcv's
 # setup.py and MMEngine's Config import pkg_resources.
 missing=$("$py" - tools/misc/gpu_node_requirements.txt <<'PY'
 import re, sys
 from importlib import metadata
-ours = {'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'setuptools'}
+ours = {'mmengine', 'mmdet', 'mmsegmentation', 'mmpretrain', 'setuptools', 'torchdata'}
 for line in open(sys.argv[1]):
     line = line.split('#')[0].strip()
     if not line:

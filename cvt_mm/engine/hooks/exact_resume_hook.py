@@ -7,7 +7,7 @@ afresh, so drop path, RoI sampling and every other draw of the training processe
 after a resume. :class:`ExactResumeHook` gathers the Python, NumPy, torch and CUDA generator
 states of all ranks to the rank that writes the checkpoint, with the data position (epoch,
 batches done), and on resume gives each rank its own states back at the point that matches
-the save: before the next batch, or at the epoch boundary.
+the save, before the first batch of the resumed run is loaded.
 
 Example (a config used with another launcher than ``tools/train.py``)::
 
@@ -26,13 +26,9 @@ from mmengine.registry import HOOKS
 from mmengine.runner.loops import IterBasedTrainLoop
 
 from ..random_state import capture_random_states, restore_random_states
+from ..sampling import data_state, is_stateful
 
 __all__ = ['ExactResumeHook']
-
-# Where in the resumed run the saved states apply (see ExactResumeHook._restore_point).
-_BEFORE_EPOCH, _BEFORE_BATCH, _END_OF_EPOCH = 'before_train_epoch', 'before_train_iter', \
-    'after_train_epoch'
-
 
 def _checkpoint_hooks(runner) -> list:
     return [h for h in runner.hooks if isinstance(h, CheckpointHook)]
@@ -59,7 +55,9 @@ class ExactResumeHook(Hook):
     them on resume, so that the resumed run continues exactly as the uninterrupted one.
 
     What is saved (``checkpoint['resume_state']``): ``world_size``, ``epoch`` and ``batch``
-    (batches of that epoch done), ``epoch_length`` and ``random_states``, one entry per rank.
+    (batches of that epoch done), ``epoch_length``, and per rank ``random_states`` and
+    ``data_states`` (the ``StatefulDataLoader``'s snapshot: sampler position and every data
+    worker's generators, :func:`~cvt_mm.engine.sampling.data_state`).
     States are gathered (one collective) only at the iterations and epochs where a
     ``CheckpointHook`` saves, and when :class:`~cvt_mm.engine.hooks.PreemptionHook`
     saves. Validation inside training restores the states it found, so it never shifts the
@@ -70,14 +68,14 @@ class ExactResumeHook(Hook):
     back, new ranks keep fresh seeds.
 
     Exactness needs the loops of :mod:`cvt_mm.engine.loops` (``tools/train.py`` uses them);
-    with MMEngine's loops, states are restored at the next epoch boundary.
+    MMEngine's loops train a mid-epoch checkpoint's epoch again from its start.
     """
     # After ParamSchedulerHook (LOW, 70) and before CheckpointHook (VERY_LOW, 90).
     priority = 80
 
     def __init__(self):
         self._collected: Optional[dict] = None
-        self._pending: Optional[dict] = None  # states of this rank and where they apply
+        self._pending: Optional[dict] = None  # this rank's states, until they are restored
         self._around_val: Optional[dict] = None
         self._loaded: Optional[dict] = None
 
@@ -86,18 +84,20 @@ class ExactResumeHook(Hook):
         """Gather every rank's states to rank 0 for the checkpoint about to be written at
         data position (``epoch``, ``batch`` done). A collective: every rank calls it."""
         rank, world_size = get_dist_info()
-        states = capture_random_states()
+        loader = runner.train_loop.dataloader
+        states = (capture_random_states(),
+                  data_state(loader) if is_stateful(loader) else None)
         gathered = gather_object(states, dst=0) if world_size > 1 else [states]
         self._collected = dict(iter=runner.iter, world_size=world_size, epoch=epoch, batch=batch,
-                               epoch_length=len(runner.train_loop.dataloader),
-                               random_states=gathered)
+                               epoch_length=len(loader),
+                               random_states=[random for random, _ in gathered],
+                               data_states=[data for _, data in gathered])
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         if _checkpoint_due(runner, 'iter'):
             self.collect(runner, epoch=runner.epoch, batch=batch_idx + 1)
 
     def after_train_epoch(self, runner) -> None:
-        self._restore_if_due(_END_OF_EPOCH)
         if _checkpoint_due(runner, 'epoch'):
             self.collect(runner, epoch=runner.epoch + 1, batch=0)
 
@@ -126,23 +126,20 @@ class ExactResumeHook(Hook):
             batch = self._rescale(runner, state, world_size)
         if batch is not None and hasattr(loop, 'resume_batch'):
             loop.resume_batch = batch
+            data = state.get('data_states', [None] * world_size)[rank] \
+                if state['world_size'] == world_size else None
+            workers = getattr(loop.dataloader, 'num_workers', None)
+            if data is not None and data['num_workers'] != workers:
+                print_log(f'Resuming a checkpoint written with {data["num_workers"]} data workers '
+                          f'per process with {workers}: training continues at the same batch, '
+                          'but the augmentations differ from the original run\'s (each worker '
+                          f'draws its own random stream). Resume with {data["num_workers"]} '
+                          'workers to continue exactly.', logger='current', level=30)
+                data = None
+            loop.resume_data = data
         states = state['random_states']
         if rank < len(states):
-            self._pending = dict(states=states[rank],
-                                 point=self._restore_point(loop, batch))
-
-    @staticmethod
-    def _restore_point(loop, batch: Optional[int]) -> str:
-        """Where the run was when the states were captured: at the end of an iteration
-        (before the next batch is fetched, after the epoch's data iterator exists), or at an
-        epoch boundary."""
-        if isinstance(loop, IterBasedTrainLoop):
-            return _BEFORE_BATCH
-        if not batch:
-            return _BEFORE_EPOCH
-        if batch >= len(loop.dataloader):
-            return _END_OF_EPOCH
-        return _BEFORE_BATCH
+            self._pending = states[rank]
 
     @staticmethod
     def _rescale(runner, state: dict, world_size: int) -> int:
@@ -165,16 +162,13 @@ class ExactResumeHook(Hook):
                 level=30)
         return new
 
-    def _restore_if_due(self, point: str) -> None:
-        if self._pending is not None and self._pending['point'] == point:
-            restore_random_states(self._pending['states'])
-            self._pending = None
-
     def before_train_epoch(self, runner) -> None:
-        self._restore_if_due(_BEFORE_EPOCH)
-
-    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
-        self._restore_if_due(_BEFORE_BATCH)
+        # The first event of the resumed run at which the uninterrupted run had these states:
+        # what lies between (the data iterator's creation, on its own generator) draws nothing
+        # from them, and the first batch is loaded after it (in this process without workers).
+        if self._pending is not None:
+            restore_random_states(self._pending)
+            self._pending = None
 
     # ------------------------------------------------------------------------ validation
     def before_val(self, runner) -> None:
