@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 __all__ = ['WorkerRandomState', 'SkippingBatchSampler', 'stateful_train_dataloader',
            'is_stateful', 'data_state', 'start_loader_at']
 
+
 class WorkerRandomState:
     """Dataset wrapper whose state (torchdata's ``Stateful`` protocol) is the generators of the
     data-loader worker it runs in: Python's, NumPy's and torch's.

@@ -16,7 +16,7 @@ from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.fast.attention import sdpa_attention
 
-from helpers import TOOLS, load_tool
+from helpers import ROOT, TOOLS, load_tool
 
 REPO = os.path.dirname(TOOLS)
 
@@ -549,3 +549,16 @@ def test_benchmark_backbone_alternates_ours_and_the_official_cmt(tmp_path):
     assert official['official_over_ours'] == pytest.approx(official['wall_s'] / ours['wall_s'])
     assert f'peer / ours {official["peer_over_ours"]:.2f}' in proc.stdout
     assert 'medians of 2 rounds' in proc.stdout and 'fp32 GEMM' in proc.stdout
+
+
+def test_the_data_loading_benchmark_prints_time_state_size_and_restore():
+    """benchmarks/data_loading.py: StatefulDataLoader beside DataLoader (docs/benchmarks.md)."""
+    proc = subprocess.run([sys.executable, '-m', 'benchmarks.data_loading', '--batches', '6',
+                           '--rounds', '1'], cwd=ROOT, capture_output=True, text=True,
+                          timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    ratio = float(re.search(r'ratio StatefulDataLoader / DataLoader: ([\d.]+)', proc.stdout)[1])
+    size = float(re.search(r'saved state after 3 batches: ([\d.]+) KiB \(2 workers\)',
+                           proc.stdout)[1])
+    assert ratio > 0 and size > 1  # two workers' generators: a few KiB
+    assert re.search(r'restore to first batch: \d+ ms', proc.stdout)

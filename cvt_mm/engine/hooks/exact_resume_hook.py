@@ -87,11 +87,12 @@ class ExactResumeHook(Hook):
         loader = runner.train_loop.dataloader
         states = (capture_random_states(),
                   data_state(loader) if is_stateful(loader) else None)
+        # Rank 0 writes the checkpoint; the other ranks get None.
         gathered = gather_object(states, dst=0) if world_size > 1 else [states]
+        randoms, datas = map(list, zip(*gathered)) if gathered else (None, None)
         self._collected = dict(iter=runner.iter, world_size=world_size, epoch=epoch, batch=batch,
-                               epoch_length=len(loader),
-                               random_states=[random for random, _ in gathered],
-                               data_states=[data for _, data in gathered])
+                               epoch_length=len(loader), random_states=randoms,
+                               data_states=datas)
 
     def after_train_iter(self, runner, batch_idx: int, data_batch=None, outputs=None) -> None:
         if _checkpoint_due(runner, 'iter'):
