@@ -3,6 +3,7 @@
 # dino_4scale_cvt13_12e_coco.py). Not yet trained here.
 _base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/backbones/cmt_s.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
+runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
 
 model = dict(
     # C3-C5 (strides 8-32) as R-50's; ChannelMapper adds stride 64 by a stride-2 conv.

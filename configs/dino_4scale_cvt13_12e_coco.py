@@ -4,6 +4,7 @@
 # 11, 16 images per iteration) with the CvT-13 backbone. Not yet trained here.
 _base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/backbones/cvt13.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
+runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our Mask R-CNN's (DINO's Swin-L keeps its 0.2

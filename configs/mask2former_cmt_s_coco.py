@@ -7,6 +7,7 @@ _base_ = [
     './_base_/backbones/cmt_s.py',
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
+runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
 
 model = dict(
     # BatchNorm at 2 images per GPU, as the base's R-50.

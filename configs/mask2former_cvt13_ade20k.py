@@ -7,6 +7,7 @@ _base_ = [
     './_base_/backbones/cvt13.py',
 ]
 custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
+runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our UperNet's (Swin-T: 0.3 for both UperNet

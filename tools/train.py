@@ -19,7 +19,7 @@ from cvt_mm.engine.distributed import prepare_distributed
 from cvt_mm.engine.hooks import TrainingPreempted
 from cvt_mm.engine.process_group import finish_distributed
 from cvt_mm.engine.resume import choose_resume
-from cvt_mm.engine.runner_setup import build_runner, prepare_training
+from cvt_mm.engine.runner_setup import build_runner
 
 
 def parse_args(argv=None):
@@ -65,7 +65,6 @@ def main(argv=None):
                         + (['val_dataloader'] if cfg.get('val_cfg') else []), args.config)
     prepare_distributed(cfg, args.launcher)
     choose_resume(cfg, args.resume)
-    prepare_training(cfg)
     try:
         build_runner(cfg).train()
     except TrainingPreempted as stop:  # SIGTERM/SIGUSR1: a checkpoint was written

@@ -8,6 +8,8 @@ _base_ = [
     'mmpretrain::_base_/default_runtime.py',
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
+# Exact resume and the other training guards under any launcher (cvt_mm.engine.runner).
+runner_type = 'ExactResumeRunner'
 
 num_classes = 1000
 # The classifier trains the backbone's own classification stage: the backbone (out_type=

@@ -3,7 +3,10 @@ registers them. Which module to open for which behaviour: docs/development.md, "
 
 Exact resume:
 
-* :mod:`.sampling`: per-sample augmentation seeds, a batch sampler that starts part-way;
+* :mod:`.runner`: ``ExactResumeRunner``, the runner our configs name, which adds the
+  resumable loops and the training hooks when it trains;
+* :mod:`.sampling`: torchdata's ``StatefulDataLoader`` with the workers' generators in its
+  state, a batch sampler that starts part-way;
 * :mod:`.loops`: MMEngine's training loops, resumable mid-epoch without reloading data;
 * :mod:`.random_state`: capturing and restoring every random generator;
 * :mod:`.resume`: which checkpoint a run continues from (``--resume``, restarts, requeues).
@@ -18,7 +21,7 @@ Launching (what ``tools/train.py`` and ``tools/test.py`` call):
 * :mod:`.slurm`: torch.distributed's environment from slurm's;
 * :mod:`.process_group`: a process group restarts cannot hang on, and its teardown;
 * :mod:`.distributed`: ``--launcher`` made to work; :mod:`.cpu_ddp`: DDP without CUDA;
-* :mod:`.runner_setup`: the loops and hooks every training run gets, the runner;
+* :mod:`.runner_setup`: building the runner a config names;
 * :mod:`.workers`: data workers that die with their process;
 * :mod:`.allocator`: glibc's malloc made to reuse large freed blocks.
 
@@ -31,7 +34,7 @@ tools import those; the two names below that live there are loaded on first use.
 """
 import importlib
 
-from . import cpu_ddp, fileio, hooks, loops, optim, sampling, workers  # noqa: F401  (registrations)
+from . import cpu_ddp, fileio, hooks, loops, optim, runner, sampling, workers  # noqa: F401  (registrations)
 from .cpu_ddp import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
 from .fileio import AtomicLocalBackend, write_atomically
 from .hooks import (
@@ -46,6 +49,7 @@ from .hooks import (
 )
 from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
 from .resume import find_resumable_checkpoint, restart_count
+from .runner import ExactResumeRunner, add_training_guards
 from .sampling import SkippingBatchSampler, WorkerRandomState
 from .workers import guard_data_worker
 
@@ -54,7 +58,8 @@ __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'Atomi
            'PreemptionHook', 'HeartbeatHook', 'TrainingPreempted', 'PREEMPTED_EXIT_CODE',
            'STOPPED_EXIT_CODE', 'find_resumable_checkpoint', 'restart_count',
            'SkippingBatchSampler', 'WorkerRandomState', 'guard_data_worker',
-           'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop',
+           'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop', 'ExactResumeRunner',
+           'add_training_guards',
            'BackboneLayerDecayOptimWrapperConstructor', 'reuse_freed_memory']
 
 _LOADED_ON_USE = {'reuse_freed_memory': 'allocator',

@@ -10,8 +10,8 @@ before it). With :class:`cvt_mm.engine.hooks.ExactResumeHook`, which saves and r
 loader's state with every rank's generators, a resumed run trains on the same batches, with the
 same augmentations and the same random draws, as the uninterrupted run.
 
-``tools/train.py`` swaps MMEngine's two loops for these (:func:`cvt_mm.engine.runner_setup.
-prepare_training`). Example (a config used with another launcher)::
+:class:`~cvt_mm.engine.runner.ExactResumeRunner` swaps MMEngine's two loops for these. Example
+(a config used with another runner)::
 
     train_cfg = dict(type='ResumableEpochBasedTrainLoop', max_epochs=12, val_interval=1)
     custom_hooks = [dict(type='ExactResumeHook')]

@@ -2,6 +2,7 @@
 batch sampler that starts part-way, data workers that die with their process, the slurm environment,
 restart detection, the checkpoint a restart picks, the config changes tools/train.py makes,
 and a stop signal that cannot be agreed with a dead peer (real processes, real gloo)."""
+import glob
 import os
 import random
 import signal
@@ -23,7 +24,7 @@ import cvt_mm  # noqa: F401
 from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
 from cvt_mm.engine.random_state import capture_random_states, restore_random_states
 from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
-from cvt_mm.engine.runner_setup import prepare_training
+from cvt_mm.engine.runner import TRAINING_HOOKS, ExactResumeRunner, add_training_guards
 from cvt_mm.engine.sampling import (
     SkippingBatchSampler,
     WorkerRandomState,
@@ -348,23 +349,15 @@ def test_a_restart_picks_the_newest_write_when_epoch_and_iteration_names_mix(tmp
 
 
 # ----------------------------------------------------------------------------- tools/train.py
-def test_training_configs_get_resumable_loops_and_the_cluster_hooks():
-    cfg = Config.fromfile(os.path.join(ROOT, 'configs', 'mask_rcnn_cvt13_coco.py'))
-    prepare_training(cfg)
-    assert cfg.train_cfg.type == 'ResumableEpochBasedTrainLoop'
-    assert [h['type'] for h in cfg.custom_hooks] == [
-        'FiniteLossHook', 'ExactResumeHook', 'PreemptionHook', 'HeartbeatHook']
-    assert cfg.val_dataloader.worker_init_fn == dict(type='guard_data_worker', seed=None)
-    seg = Config.fromfile(os.path.join(ROOT, 'configs', 'upernet_cvt13_ade20k.py'))
-    prepare_training(seg)
-    assert seg.train_cfg.type == 'ResumableIterBasedTrainLoop'
-    # MMPretrain's short form, and a config that lists one of the hooks itself.
-    short = Config(dict(train_cfg=dict(by_epoch=True, max_epochs=3),
-                        custom_hooks=[dict(type='ExactResumeHook')]))
-    prepare_training(short)
-    assert short.train_cfg == dict(type='ResumableEpochBasedTrainLoop', max_epochs=3)
-    assert [h['type'] for h in short.custom_hooks] == [
-        'ExactResumeHook', 'FiniteLossHook', 'PreemptionHook', 'HeartbeatHook']
+def test_every_training_config_names_the_runner_that_adds_the_training_guards():
+    """So that MMDetection's and MMSegmentation's own tools, and mim, train them as
+    tools/train.py does."""
+    paths = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py'))
+                   + glob.glob(os.path.join(ROOT, 'configs', 'demo', '*.py')))
+    missing = [os.path.relpath(p, ROOT) for p in paths
+               if (cfg := Config.fromfile(p)).get('train_cfg')
+               and cfg.get('runner_type') != 'ExactResumeRunner']
+    assert len(paths) > 40 and missing == []
 
 
 def test_unknown_signal_names_are_refused():
@@ -563,7 +556,7 @@ def test_finish_distributed_ends_gloo_threads_a_finished_runner_still_held(tmp_p
 
 # ----------------------------------------------------------------------------- in-process runs
 class ToyData:
-    """Samples with a random augmentation (noise from the sample's seed)."""
+    """Samples with a random augmentation (noise drawn from the loading process's generator)."""
 
     def __len__(self):
         return 24
@@ -643,6 +636,33 @@ def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, re
     for hook in hooks:
         runner.register_hook(hook)
     return runner
+
+
+def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(tmp_path):
+    """MMEngine's short loop form and a hook the config lists itself (its settings kept);
+    the guards are added once, when training starts, not to a runner that only tests."""
+    from cvt_mm.engine.loops import ResumableEpochBasedTrainLoop
+
+    runner = ExactResumeRunner(
+        model=_toy_model(), work_dir=str(tmp_path), experiment_name=tmp_path.name,
+        train_dataloader=dict(dataset=ToyData(), batch_size=12, num_workers=0,
+                              sampler=dict(type='DefaultSampler', shuffle=True)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_cfg=dict(by_epoch=True, max_epochs=1),
+        custom_hooks=[dict(type='PreemptionHook', signals=('SIGUSR1', ))],
+        randomness=dict(seed=0), default_scope='mmengine')
+    assert not any(type(h).__name__ in ('ExactResumeHook', 'FiniteLossHook')
+                   for h in runner.hooks)
+    runner._test_dataloader = dict(num_workers=2)  # a test loader's config, not yet built
+    add_training_guards(runner)  # what train() does first; a second time adds nothing
+    runner.train()
+    names = [type(h).__name__ for h in runner.hooks]
+    assert all(names.count(name) == 1 for name in TRAINING_HOOKS)
+    preemption = next(h for h in runner.hooks if type(h).__name__ == 'PreemptionHook')
+    assert preemption.signals == ('SIGUSR1', )  # the config's own settings
+    assert type(runner.train_loop) is ResumableEpochBasedTrainLoop
+    assert runner._test_dataloader['worker_init_fn'] == dict(type='guard_data_worker',
+                                                             seed=None)
 
 
 def test_a_stop_inside_gradient_accumulation_waits_for_the_optimizer_step(tmp_path):

@@ -211,3 +211,26 @@ def test_a_nan_pixel_stops_training_before_it_reaches_the_weights(tiny_data, tmp
     assert (work / 'last_checkpoint').read_text().strip().endswith('iter_1.pth')
     assert all(torch.isfinite(v).all() for v in _weights(work / 'iter_1.pth').values()
                if v.is_floating_point())
+
+
+# ----------------------------------------------------------------------------- other launchers
+def test_mmdetections_own_train_py_trains_with_the_training_guards(tiny_data, tmp_path):
+    """Our configs name ExactResumeRunner, so MMDetection's tools/train.py (what `mim train`
+    runs) gets the resumable loop and the training hooks too: a checkpoint it writes holds
+    every rank's data position and generators."""
+    import mmdet
+
+    from helpers import det_user_config
+    config = narrow_config(det_user_config(str(tmp_path / 'user.py'), 'mask_rcnn_cvt13_coco.py',
+                                           osp.join(tiny_data, 'coco'), str(tmp_path / 'work')),
+                           'det')
+    mmdet_train = osp.join(osp.dirname(mmdet.__file__), '.mim', 'tools', 'train.py')
+    proc = subprocess.run([sys.executable, mmdet_train, config], cwd=ROOT, capture_output=True,
+                          text=True, timeout=600)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-3000:]
+    assert 'Training guards added: FiniteLossHook, ExactResumeHook, PreemptionHook, ' \
+           'HeartbeatHook' in log
+    state = read_checkpoint(str(tmp_path / 'work' / 'epoch_1.pth'))['resume_state']
+    assert (state['epoch'], state['batch'], state['world_size']) == (1, 0, 1)
+    assert state['data_states'][0]['num_workers'] == 0  # the StatefulDataLoader's state

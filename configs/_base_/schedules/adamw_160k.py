@@ -20,3 +20,7 @@ param_scheduler = [
     dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=160000, by_epoch=False),
 ]
 auto_scale_lr = dict(enable=False, base_batch_size=16)
+
+# Exact resume, preemption checkpoints and the other training guards under any launcher that
+# builds the runner a config names (cvt_mm.engine.runner, docs/cluster.md).
+runner_type = 'ExactResumeRunner'

@@ -26,3 +26,7 @@ optim_wrapper = dict(
         }))
 # 16 = 8 GPUs x 2 images; `tools/train.py --auto-scale-lr` rescales the LR for other setups.
 auto_scale_lr = dict(enable=False, base_batch_size=16)
+
+# Exact resume, preemption checkpoints and the other training guards under any launcher that
+# builds the runner a config names (cvt_mm.engine.runner, docs/cluster.md).
+runner_type = 'ExactResumeRunner'

@@ -1,5 +1,6 @@
 """The hooks of :mod:`cvt_mm.engine`, one per module (as MMEngine's ``mmengine.hooks``).
-``tools/train.py`` adds :data:`cvt_mm.engine.runner_setup.TRAINING_HOOKS` to every run;
+:class:`~cvt_mm.engine.runner.ExactResumeRunner` adds :data:`~cvt_mm.engine.runner.TRAINING_HOOKS`
+to every run;
 :class:`ClassesCheckHook` is opt-in."""
 from .classes_check_hook import ClassesCheckHook
 from .exact_resume_hook import ExactResumeHook
