@@ -610,7 +610,7 @@ class SignalAt(Hook):
 
 
 def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, resume=None,
-                signals=('SIGUSR1', ), max_epochs=None, checkpoint=None):
+                signals=('SIGUSR1', ), max_epochs=None, checkpoint=None, num_workers=0):
     """A run of ``tools/train.py``'s pieces: the resumable loop (iteration-based, or
     epoch-based with ``max_epochs``; 12 iterations per epoch), exact resume, the stop on
     ``signals``; one optimizer step every ``accumulative_counts`` iterations; ``checkpoint``:
@@ -620,7 +620,7 @@ def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, re
     by_epoch = max_epochs is not None
     runner = Runner(
         model=_toy_model(), work_dir=str(work_dir), experiment_name=name,
-        train_dataloader=dict(dataset=ToyData(), batch_size=2, num_workers=0,
+        train_dataloader=dict(dataset=ToyData(), batch_size=2, num_workers=num_workers,
                               sampler=dict(type='DefaultSampler' if by_epoch else
                                            'InfiniteSampler', shuffle=True)),
         optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1, momentum=0.9),
@@ -663,6 +663,22 @@ def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(t
     assert type(runner.train_loop) is ResumableEpochBasedTrainLoop
     assert runner._test_dataloader['worker_init_fn'] == dict(type='guard_data_worker',
                                                              seed=None)
+
+
+def test_resuming_with_another_number_of_data_workers_continues_at_the_batch_and_says_so(
+        tmp_path):
+    """The saved data state fits only the number of workers that wrote it: with another, the
+    run continues at the same batch (indices skipped) and the log says it is not exact."""
+    _toy_runner(tmp_path / 'a', f'{tmp_path.name}_a', max_iters=4, checkpoint=dict(
+        by_epoch=False, interval=4)).train()
+    resumed = []
+    _toy_runner(tmp_path / 'b', f'{tmp_path.name}_b', [Recorder(resumed)], max_iters=6,
+                num_workers=1, resume=str(tmp_path / 'a' / 'iter_4.pth')).train()
+    log = ''.join(p.read_text() for p in (tmp_path / 'b').rglob('*.log'))
+    assert 'Resuming a checkpoint written with 0 data workers per process with 1: training ' \
+        'continues at the same batch' in log
+    assert 'Resuming at iteration 5: the indices of the 4 batches' in log
+    assert [iteration for iteration, _, _ in resumed] == [5, 6]
 
 
 def test_a_stop_inside_gradient_accumulation_waits_for_the_optimizer_step(tmp_path):
