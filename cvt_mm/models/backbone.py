@@ -109,7 +109,33 @@ class PyramidBackbone:
     ``arch_zoo``, ``forward_intermediates``, ``forward_features``/``forward_head``,
     ``set_grad_checkpointing``, ``reset_parameters`` (its official initialisation),
     ``stem_modules()`` and ``classification_modules()``; the subclass's ``__init__`` builds the
-    model, then calls :meth:`_init_backbone`.
+    model, then calls :meth:`_init_backbone`, whose arguments the backbones ``CvT`` and ``CMT``
+    share:
+
+    Args:
+        out_indices (int | Sequence[int]): stages whose maps ``forward`` returns, in this
+            order (negatives count from the end). Default: every stage.
+        out_type (str): ``'featmap'`` (a tuple of NCHW maps) or ``'logits'`` (``(logits,)``,
+            for an MMPretrain ``ImageClassifier`` with a loss-only ``ClsHead``). With
+            ``'featmap'`` the classification stage and any stage after ``max(out_indices)``
+            are kept (for ``classify()`` and checkpoint loading) but frozen, so that every
+            trainable parameter gets a gradient, as DDP with ``find_unused_parameters=False``
+            needs. Default ``'featmap'``.
+        out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
+            ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``), as
+            MMDetection's Swin/PVT do. Default None.
+        frozen_stages (int): as ResNet/Swin: -1 trains everything, 0 freezes the stem, ``k``
+            the stem and the first ``k`` stages (parameters, BatchNorm statistics, output
+            norms); frozen parts stay in eval mode. Default -1.
+        norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
+        with_cp (bool): recompute each block's activations in the backward pass instead of
+            storing them (training only). Default False.
+        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
+            URL[, prefix='backbone.'][, allow_partial=True])`` loads any known layout of the
+            family (official, Hugging Face, ours; :func:`cvt_mm.checkpoint.load_pretrained`);
+            a checkpoint of another arch is an error naming both, unless ``allow_partial``.
+            Other MMEngine init configs are applied as usual; ``None`` is the official
+            initialisation. Default None.
     """
 
     def _init_backbone(self, in_channels: int, out_indices: Union[int, Sequence[int]],

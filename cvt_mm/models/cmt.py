@@ -1,28 +1,20 @@
 """CMT: Convolutional Neural Networks Meet Vision Transformers (Guo et al., CVPR 2022).
 
 The official architecture (huawei-noah/Efficient-AI-Backbones, ``cmt_pytorch``) at any input
-size >= 32x32, keeping the ImageNet classification stage.
+size >= 32x32, keeping the ImageNet classification stage. Per stage: patch aggregation (a
+stride-2 conv; the stem before the first stage), then CMT blocks, each a local perception unit
+(LPU), lightweight multi-head self-attention (LMHSA) with the stage's relative position bias,
+and an inverted residual feed-forward network (IRFFN).
 
-Size rules (the same for every input, so dense heads see strides 4/8/16/32):
-
-* The stem's first conv (3x3, stride 2, padding 1) gives ``ceil(H / 2)``. Every stride-2
-  kernel-2 patch embedding zero-pads an odd map by one row/column at the bottom/right first,
-  so stage ``i`` always has ``ceil(H / s) x ceil(W / s)`` tokens, ``s = 4, 8, 16, 32`` -- the
-  sizes ResNet and MMDetection's Swin/PVT (corner padding) give, so FPN levels halve exactly.
-* The key/value reduction (depth-wise conv, kernel = stride = ``sr_ratio``) likewise pads the
-  map at the bottom/right to a multiple of ``sr_ratio``: the key grid is
-  ``ceil(h / sr) x ceil(w / sr)`` and no token is left out of the keys.
-* At sizes that are multiples of 32 nothing is padded: the official computation exactly.
-
-Per stage: patch aggregation (a stride-2 conv; the stem before the first stage), then CMT
-blocks, each a local perception unit (LPU), lightweight multi-head self-attention (LMHSA) with
-the stage's relative position bias, and an inverted residual feed-forward network (IRFFN).
-
-``relative_pos`` (one ``(heads, Nq, Nk)`` tensor per stage, a full query x key bias) is stored for
-the grids of ``pretrain_img_size`` and resized bicubically to the grids of each input
-(:func:`interpolate_relative_pos`; on the fast path
-:class:`~.fast.relative_position_bias.RelativePositionBias`: matrix products, cached in eval
-mode, recomputed in the backward with ``selective_cp``).
+Size rules, the same for every input, so that dense heads see strides 4/8/16/32 and FPN levels
+halve exactly: an odd map is zero-padded by one row/column at the bottom/right before each
+stride-2 patch embedding, so stage ``i`` has ``ceil(H / s) x ceil(W / s)`` tokens (as ResNet
+and MMDetection's Swin/PVT); the key/value reduction (kernel = stride = ``sr_ratio``) pads the
+same way, so the key grid is ``ceil(h / sr) x ceil(w / sr)``. At multiples of 32 nothing is
+padded: the official computation exactly. ``relative_pos`` (a full ``(heads, Nq, Nk)`` bias per
+stage) is stored for the grids of ``pretrain_img_size`` and resized bicubically to each input's
+(:mod:`.pos_embed_rel`; on the fast path
+:class:`~.fast.relative_position_bias.RelativePositionBias`).
 
 In this file: the blocks, the model (:class:`CMTModel`, timm's API), the OpenMMLab backbone
 (:class:`CMT`, ``type='CMT'``), the arch table, the checkpoint layouts, and the timm entry
@@ -30,7 +22,6 @@ points with their pretrained metadata.
 """
 from __future__ import annotations
 
-import math
 from typing import List, Optional, Sequence, Tuple, Union
 
 import torch
@@ -38,8 +29,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
-from ..checkpoint.io import CheckpointError
-from ..checkpoint.loading import log
 from . import fast
 from ._helpers import (
     check_batchnorm_statistics,
@@ -59,7 +48,6 @@ from ._registry import (
 )
 from .backbone import PyramidBackbone
 from .fast.attention import sdpa_attention
-from .fast.matrix_resize import resize_relative_pos
 from .fast.recomputation import run_blocks
 from .fast.relative_position_bias import RelativePositionBias
 from .layers import (
@@ -72,6 +60,7 @@ from .layers import (
     split_heads,
     stochastic_depth_rates,
 )
+from .pos_embed_rel import interpolate_relative_pos, resample_checkpoint_bias
 
 __all__ = ['CMTModel', 'CMT', 'ARCH_SETTINGS', 'checkpoint_filter_fn', 'cmt_ti', 'cmt_xs',
            'cmt_s', 'cmt_b']
@@ -120,38 +109,6 @@ def stage_grids(img_size: Grid, sr_ratios: Sequence[int]) -> list:
         q = (ceil_div(h, stride), ceil_div(w, stride))
         out.append((q, (ceil_div(q[0], sr), ceil_div(q[1], sr))))
     return out
-
-
-def square_grids_from_shape(shape: Sequence[int]) -> Tuple[Grid, Grid]:
-    """Query and key grids of a ``(heads, Nq, Nk)`` bias trained on square images (all
-    official checkpoints); ``CheckpointError`` when a token count is not a square."""
-    grids = []
-    for n in shape[1:]:
-        side = math.isqrt(n)
-        if side * side != n:
-            raise CheckpointError(
-                f'relative_pos of shape {tuple(shape)}: {n} tokens is not a square grid, so '
-                'the resolution it was trained at is unknown; only square training '
-                'resolutions can be resized on loading')
-        grids.append((side, side))
-    return grids[0], grids[1]
-
-
-def interpolate_relative_pos(bias: torch.Tensor, src_query: Grid, src_key: Grid,
-                             dst_query: Grid, dst_key: Grid) -> torch.Tensor:
-    """A ``(heads, Hq*Wq, Hk*Wk)`` bias resized to new query and key grids: bicubic
-    (``align_corners=False``) over the key grid, then over the query grid; ``bias`` itself when
-    both grids match. (The fast path computes the same as matrix products:
-    :func:`~.fast.matrix_resize.resize_relative_pos`.)"""
-    if tuple(src_query) == tuple(dst_query) and tuple(src_key) == tuple(dst_key):
-        return bias
-    heads, nq, _ = bias.shape
-    x = F.interpolate(bias.reshape(heads * nq, 1, *src_key), size=tuple(dst_key),
-                      mode='bicubic', align_corners=False)
-    nk = dst_key[0] * dst_key[1]
-    x = x.reshape(heads, *src_query, nk).permute(0, 3, 1, 2).reshape(heads * nk, 1, *src_query)
-    x = F.interpolate(x, size=tuple(dst_query), mode='bicubic', align_corners=False)
-    return x.reshape(heads, nk, dst_query[0] * dst_query[1]).transpose(1, 2).contiguous()
 
 
 # ------------------------------------------------------------------------------------ blocks
@@ -456,22 +413,13 @@ class CMTModel(nn.Module):
         self.apply(init_weights_official)
 
     def adapt_pretrained_state_dict(self, sd: dict) -> dict:
-        """Resize checkpoint biases trained at another resolution (once) to the stored grids.
-        Checkpoint grids are inferred from the tensor shape (square training images)."""
+        """Checkpoint biases trained at another (square) resolution, resized once to the
+        stored grids (:func:`~.pos_embed_rel.resample_checkpoint_bias`)."""
         for i, stage in enumerate(self.stages):
             key = f'stages.{i}.relative_pos'
-            if key not in sd or sd[key].shape == stage.relative_pos.shape:
-                continue
-            src = sd[key]
-            if src.dim() != 3 or src.shape[0] != stage.relative_pos.shape[0]:
-                raise CheckpointError(f'{key}: checkpoint {tuple(src.shape)} vs model '
-                                      f'{tuple(stage.relative_pos.shape)} (number of heads '
-                                      'differs)')
-            src_q, src_k = square_grids_from_shape(src.shape)
-            sd[key] = resize_relative_pos(src.float(), src_q, src_k, stage.query_grid,
-                                          stage.key_grid).to(src.dtype)
-            log(f'{key}: resized from query grid {src_q} x key grid {src_k} to '
-                f'{stage.query_grid} x {stage.key_grid} (bicubic)')
+            if key in sd:
+                sd[key] = resample_checkpoint_bias(key, sd[key], stage.relative_pos,
+                                                   stage.query_grid, stage.key_grid)
         return sd
 
     # ----------------------------------------------------------------- timm's model interface
@@ -601,37 +549,13 @@ class CMT(PyramidBackbone, CMTModel):
     ``out_type='logits'``.
 
     Args:
-        arch (str | dict): as :class:`CMTModel`. Default ``'s'``.
-        in_channels (int): image channels. Default 3.
-        out_indices (Sequence[int]): stages whose maps ``forward`` returns, in this order.
-            Default ``(0, 1, 2, 3)``.
-        out_type (str): ``'featmap'`` (a tuple of NCHW maps) or ``'logits'`` (``(logits,)``
-            for MMPretrain's ``ImageClassifier`` with a plain ``ClsHead``). With ``'featmap'``
-            the classification stage and any stage after ``max(out_indices)`` are kept (for
-            ``classify()`` and checkpoint loading) but frozen, so that every trainable
-            parameter gets a gradient, as DDP with ``find_unused_parameters=False`` needs.
-            Default ``'featmap'``.
-        out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
-            ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``).
-            Default None.
-        num_classes (int): as :class:`CMTModel`. Default 1000.
-        drop_path_rate (float): as :class:`CMTModel`. Default 0.1.
-        pretrain_img_size (int | tuple[int, int], optional): as :class:`CMTModel`.
-        frozen_stages (int): -1 trains everything, ``k >= 0`` freezes the stem and the first
-            ``k`` stages (parameters, ``relative_pos``, BatchNorm statistics, output norms).
-            Default -1.
-        norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
-        with_cp (bool): recompute each block's activations in the backward pass instead of
-            storing them (training only). Default False.
-        selective_cp (bool): as :class:`CMTModel`. Default False.
-        fast_paths (bool, optional): as :class:`CMTModel`. Default None.
-        bias_cache_size (int): as :class:`CMTModel`. Default 2.
-        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
-            URL[, prefix='backbone.'][, allow_partial=True])`` loads an official CMT file or
-            one of ours (biases trained at another resolution are resized once); a checkpoint
-            of another arch is an error naming both, unless ``allow_partial``. Other MMEngine
-            init configs are applied as usual; ``None`` is the official initialisation.
-            Default None.
+        arch, num_classes, drop_path_rate, pretrain_img_size, selective_cp, fast_paths,
+            bias_cache_size: as :class:`CMTModel`.
+        in_channels (int): image channels (the model's ``in_chans``). Default 3.
+        out_indices, out_type, out_norm_cfg, frozen_stages, norm_eval, with_cp, init_cfg:
+            OpenMMLab's backbone arguments (:class:`~.backbone.PyramidBackbone`); here the
+            stem is the three stem convolutions, and a frozen stage's ``relative_pos``
+            too. Biases of a checkpoint trained at another resolution are resized once.
 
     Examples:
         >>> import torch

@@ -442,33 +442,11 @@ class CvT(PyramidBackbone, CvTModel):
     :meth:`classify` and ``out_type='logits'``.
 
     Args:
-        arch (str | dict): as :class:`CvTModel`. Default ``'13'``.
-        in_channels (int): image channels. Default 3.
-        out_indices (Sequence[int]): stages whose maps ``forward`` returns, in this order.
-            Default ``(0, 1, 2)``.
-        out_type (str): ``'featmap'`` (a tuple of NCHW maps) or ``'logits'`` (``(logits,)``,
-            for an MMPretrain ``ImageClassifier`` with a loss-only ``ClsHead``). With
-            ``'featmap'`` the classification stage and any stage after ``max(out_indices)``
-            are kept (for ``classify()`` and checkpoint loading) but frozen, so that every
-            trainable parameter gets a gradient, as DDP with ``find_unused_parameters=False``
-            needs. Default ``'featmap'``.
-        out_norm_cfg (dict, optional): ``None`` returns the official stage outputs;
-            ``dict(type='LN')`` adds a LayerNorm per returned map (``out_norms.{stage}``), as
-            MMDetection's Swin/PVT do. Default None.
-        num_classes (int): as :class:`CvTModel`. Default 1000.
-        drop_path_rate (float | Sequence[float]): as :class:`CvTModel`. Default 0.1.
-        frozen_stages (int): as ResNet/Swin: -1 trains everything, 0 freezes the stem (stage
-            0's token embedding), ``k`` the first ``k`` stages; frozen parts stay in eval mode.
-            Default -1.
-        norm_eval (bool): keep every BatchNorm in eval mode while training. Default False.
-        with_cp (bool): recompute each block's activations in the backward pass instead of
-            storing them (training only). Default False.
-        fast_paths (bool, optional): as :class:`CvTModel`. Default None.
-        init_cfg (dict | list[dict], optional): ``dict(type='Pretrained', checkpoint=PATH or
-            URL[, prefix='backbone.'][, allow_partial=True])`` loads any known CvT layout
-            (official, Hugging Face, ours); a checkpoint of another arch is an error naming
-            both, unless ``allow_partial``. Other MMEngine init configs are applied as usual;
-            ``None`` is the official initialisation. Default None.
+        arch, num_classes, drop_path_rate, fast_paths: as :class:`CvTModel`.
+        in_channels (int): image channels (the model's ``in_chans``). Default 3.
+        out_indices, out_type, out_norm_cfg, frozen_stages, norm_eval, with_cp, init_cfg:
+            OpenMMLab's backbone arguments (:class:`~.backbone.PyramidBackbone`); here the
+            stem is stage 0's token embedding.
 
     Examples:
         >>> import torch
