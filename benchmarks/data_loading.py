@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
-from cvt_mm.engine.sampling import (
+from cvt_mm.engine.exact_resume import (
     SkippingBatchSampler,
     WorkerRandomState,
     data_state,

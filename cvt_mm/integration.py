@@ -35,7 +35,7 @@ inferencer in a process of their own and wants the same behaviour:
 
 The guarded data workers' exit handler is registered where they are configured
 (:func:`cvt_mm.engine.workers.guarded_worker_init_cfg`), and the CPU allocator is set where the
-runner is built (:func:`cvt_mm.engine.runner_setup.build_runner`).
+runner is built (:func:`cvt_mm.engine.launch.build_runner`).
 
 Example::
 

@@ -125,8 +125,7 @@ LOADED = textwrap.dedent('''
 
 # What the tools load to launch a run, and what only the tools and benchmarks use.
 LAUNCH_MODULES = {f'cvt_mm.engine.{name}' for name in (
-    'allocator', 'distributed', 'slurm', 'process_group', 'runner_setup', 'cli', 'dataset_paths',
-    'layer_decay')}
+    'allocator', 'launch', 'layer_decay')}
 TOOL_MODULES = {'cvt_mm.builders', 'cvt_mm.flops', 'cvt_mm.deployment', 'cvt_mm.visualization',
                 'benchmarks'}
 MODEL_ZOOS = {'mmdet.models', 'mmseg.models', 'mmpretrain.models', 'matplotlib'}

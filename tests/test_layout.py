@@ -105,11 +105,13 @@ def test_only_integration_changes_mmengine_mmpretrain_and_torch():
 
 
 def test_the_engine_keeps_one_hook_per_module_and_its_other_modules_below_the_hooks():
-    """Hooks use the engine's modules, never the other way round; each hook module holds
-    one registered hook, named after it (as MMEngine's mmengine/hooks)."""
+    """Hooks use the engine's modules, never the other way round, except ``launch``, the
+    tools' layer on top of the engine (it catches the preemption hook's exception); each hook
+    module holds one registered hook, named after it (as MMEngine's mmengine/hooks).
+    ``ExactResumeHook`` lives with the states it saves and restores, in ``exact_resume``."""
     engine = {name for name in MODULES if name.startswith('cvt_mm.engine.')}
     hooks = {name for name in engine if name.startswith('cvt_mm.engine.hooks')}
-    for name in sorted(engine - hooks):
+    for name in sorted(engine - hooks - {'cvt_mm.engine.launch'}):
         assert not GRAPH[name] & hooks, f'{name} imports {sorted(GRAPH[name] & hooks)}'
     for name in sorted(hooks - {'cvt_mm.engine.hooks'}):
         tree = ast.parse(open(MODULES[name]).read())
@@ -139,7 +141,7 @@ MODEL_LEVELS = [
     {'layers', '_helpers'},
     {'fast', 'fast.attention', 'fast.quick_gelu', 'fast.recomputation', 'fast.matrix_resize',
      'fast.relative_position_bias'},
-    {'backbone', '_registry'},
+    {'backbone', '_registry', 'pos_embed_rel'},
     {'cvt', 'cmt'},
     {'huggingface', 'export'},
 ]

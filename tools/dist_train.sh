@@ -44,7 +44,7 @@ if [ "$MAX_RESTARTS" -gt 0 ]; then
     fi
     if [ -n "${LOCAL_ADDR:-}" ]; then RENDEZVOUS+=(--local-addr="$LOCAL_ADDR"); fi
     # A new store per attempt, served by its rank 0: the agents' shared one is namespaced by
-    # a restart count that differs between nodes (cvt_mm.engine.process_group.init_process_group).
+    # a restart count that differs between nodes (cvt_mm.engine.launch.init_process_group).
     export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 else
     RENDEZVOUS=(--node_rank="${NODE_RANK:-0}" --master_addr="$MASTER_ADDR"

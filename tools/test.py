@@ -11,12 +11,13 @@ from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.checkpoint import checkpoint_misfit
-from cvt_mm.engine.cli import config_from_args, set_local_rank_env
-from cvt_mm.engine.dataset_paths import check_dataset_paths
-from cvt_mm.engine.distributed import prepare_distributed
-from cvt_mm.engine.process_group import finish_distributed
-from cvt_mm.engine.runner_setup import build_runner
-from cvt_mm.engine.workers import guard_dataloader_workers
+from cvt_mm.engine.launch import (
+    build_runner,
+    config_from_args,
+    run_and_finish,
+    set_local_rank_env,
+    setup_launch,
+)
 
 
 def parse_args(argv=None):
@@ -101,7 +102,7 @@ def results_dumper(cfg, out: str):
 
 def evaluate(cfg, checkpoint: str, out=None, allow_partial: bool = False) -> None:
     """Build the runner, check that ``checkpoint`` fits its model, test. The runner lives only
-    in this call: its DDP wrapper holds the process group (see finish_distributed)."""
+    in this call: its DDP wrapper holds the process group (see run_and_finish)."""
     runner = build_runner(cfg)
     model = runner.model.module if hasattr(runner.model, 'module') else runner.model
     misfit = checkpoint_misfit(model, checkpoint)
@@ -124,11 +125,8 @@ def main(argv=None):
     if args.tta:
         enable_tta(cfg)
 
-    check_dataset_paths(cfg, ['test_dataloader'], args.config)
-    guard_dataloader_workers(cfg.get('test_dataloader'))
-    prepare_distributed(cfg, args.launcher)
-    evaluate(cfg, args.checkpoint, args.out, args.allow_partial)
-    finish_distributed()
+    setup_launch(cfg, args.config, train=False)
+    run_and_finish(lambda: evaluate(cfg, args.checkpoint, args.out, args.allow_partial))
 
 
 if __name__ == '__main__':

@@ -13,13 +13,13 @@ import argparse
 from mmengine.config import DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
-from cvt_mm.engine.cli import config_from_args, set_local_rank_env
-from cvt_mm.engine.dataset_paths import check_dataset_paths
-from cvt_mm.engine.distributed import prepare_distributed
-from cvt_mm.engine.hooks import TrainingPreempted
-from cvt_mm.engine.process_group import finish_distributed
-from cvt_mm.engine.resume import choose_resume
-from cvt_mm.engine.runner_setup import build_runner
+from cvt_mm.engine.launch import (
+    build_runner,
+    config_from_args,
+    run_and_finish,
+    set_local_rank_env,
+    setup_launch,
+)
 
 
 def parse_args(argv=None):
@@ -60,21 +60,8 @@ def main(argv=None):
                              'auto_scale_lr=dict(base_batch_size=...); add one to use the flag')
         cfg.auto_scale_lr.enable = True
 
-    # Training validates too (when the config has a val loop).
-    check_dataset_paths(cfg, ['train_dataloader']
-                        + (['val_dataloader'] if cfg.get('val_cfg') else []), args.config)
-    prepare_distributed(cfg, args.launcher)
-    choose_resume(cfg, args.resume)
-    try:
-        build_runner(cfg).train()
-    except TrainingPreempted as stop:  # SIGTERM/SIGUSR1: a checkpoint was written
-        # The traceback's frames would keep the runner, and so the process group, alive.
-        preempted = stop.with_traceback(None)
-    else:
-        preempted = None
-    finish_distributed(wait=preempted is None)
-    if preempted is not None:
-        raise preempted  # exit code 75
+    setup_launch(cfg, args.config, train=True, resume=args.resume)
+    run_and_finish(lambda: build_runner(cfg).train())  # exit code 75 after a preemption
 
 
 if __name__ == '__main__':

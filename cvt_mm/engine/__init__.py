@@ -4,38 +4,35 @@ registers them. Which module to open for which behaviour: docs/development.md, "
 Exact resume:
 
 * :mod:`.runner`: ``ExactResumeRunner``, the runner our configs name, which adds the
-  resumable loops and the training hooks when it trains;
-* :mod:`.sampling`: torchdata's ``StatefulDataLoader`` with the workers' generators in its
-  state, a batch sampler that starts part-way;
-* :mod:`.loops`: MMEngine's training loops, resumable mid-epoch without reloading data;
-* :mod:`.random_state`: capturing and restoring every random generator;
+  training guards when it trains, and MMEngine's two training loops made resumable
+  mid-epoch without reloading data;
+* :mod:`.exact_resume`: every rank's random generators and data position (torchdata's
+  ``StatefulDataLoader``) in each checkpoint, and ``ExactResumeHook``, which saves and
+  restores them;
 * :mod:`.resume`: which checkpoint a run continues from (``--resume``, restarts, requeues).
 
-Hooks (:mod:`.hooks`, one per module): ``ExactResumeHook``, ``PreemptionHook``,
-``HeartbeatHook``, ``FiniteLossHook``, ``ClassesCheckHook``; the small collectives they share
-travel on the group of :mod:`.flags`.
+Hooks (:mod:`.hooks`, one per module): ``PreemptionHook``, ``HeartbeatHook``,
+``FiniteLossHook``, ``ClassesCheckHook``; the small collectives they share travel on the
+group of :mod:`.flags`.
 
-Launching (what ``tools/train.py`` and ``tools/test.py`` call):
-
-* :mod:`.cli`: command line to config; :mod:`.dataset_paths`: missing datasets named;
-* :mod:`.slurm`: torch.distributed's environment from slurm's;
-* :mod:`.process_group`: a process group restarts cannot hang on, and its teardown;
-* :mod:`.distributed`: ``--launcher`` made to work; :mod:`.cpu_ddp`: DDP without CUDA;
-* :mod:`.runner_setup`: building the runner a config names;
-* :mod:`.workers`: data workers that die with their process;
-* :mod:`.allocator`: glibc's malloc made to reuse large freed blocks.
+Launching: :mod:`.launch`, what ``tools/train.py`` and ``tools/test.py`` call (command line to
+config, missing datasets named, slurm's environment, a process group restarts cannot hang on,
+``--launcher`` on CPUs, building the runner); :mod:`.cpu_ddp`: DDP without CUDA;
+:mod:`.workers`: data workers that die with their process; :mod:`.allocator`: glibc's malloc
+made to reuse large freed blocks.
 
 Beside them: :mod:`.fileio` (atomic checkpoint writes), :mod:`.layer_decay` (layer-wise
 learning-rate decay for detectors and segmentors; :mod:`.optim` registers it).
 
 Importing this package registers what configs name by ``type`` and loads no launch module
-(``distributed``, ``process_group``, ``slurm``, ``allocator``) and no toolbox model zoo: the
+(``launch``, ``allocator``) and no toolbox model zoo: the
 tools import those; the two names below that live there are loaded on first use.
 """
 import importlib
 
-from . import cpu_ddp, fileio, hooks, loops, optim, runner, sampling, workers  # noqa: F401  (registrations)
+from . import cpu_ddp, exact_resume, fileio, hooks, optim, runner, workers  # noqa: F401  (registrations)
 from .cpu_ddp import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
+from .exact_resume import SkippingBatchSampler, WorkerRandomState
 from .fileio import AtomicLocalBackend, write_atomically
 from .hooks import (
     PREEMPTED_EXIT_CODE,
@@ -47,10 +44,13 @@ from .hooks import (
     PreemptionHook,
     TrainingPreempted,
 )
-from .loops import ResumableEpochBasedTrainLoop, ResumableIterBasedTrainLoop
 from .resume import find_resumable_checkpoint, restart_count
-from .runner import ExactResumeRunner, add_training_guards
-from .sampling import SkippingBatchSampler, WorkerRandomState
+from .runner import (
+    ExactResumeRunner,
+    ResumableEpochBasedTrainLoop,
+    ResumableIterBasedTrainLoop,
+    add_training_guards,
+)
 from .workers import guard_data_worker
 
 __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'AtomicLocalBackend',

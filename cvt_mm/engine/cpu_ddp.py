@@ -5,7 +5,7 @@ MMEngine's DDP wrapper assumes GPUs (``device_ids=[LOCAL_RANK]``), and PyTorch's
 (``SyncBatchNorm layers only work with GPU modules``) -- which every MMSegmentation base config
 has. :class:`CPUDistributedDataParallel` is the wrapper ``tools/train.py`` and ``tools/test.py``
 select when they are launched distributed on a machine without CUDA
-(:func:`cvt_mm.engine.distributed.prepare_distributed`); on GPUs nothing changes and SyncBN
+(:func:`cvt_mm.engine.launch.prepare_distributed`); on GPUs nothing changes and SyncBN
 stays SyncBN. Registered on ``import cvt_mm``, so a config that names it builds anywhere.
 
 Example (what ``tools/dist_train.sh`` does on a CPU-only machine)::

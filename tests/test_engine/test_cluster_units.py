@@ -21,17 +21,18 @@ from torch.utils.data import BatchSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import cvt_mm  # noqa: F401
-from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
-from cvt_mm.engine.random_state import capture_random_states, restore_random_states
-from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
-from cvt_mm.engine.runner import TRAINING_HOOKS, ExactResumeRunner, add_training_guards
-from cvt_mm.engine.sampling import (
+from cvt_mm.engine.exact_resume import (
     SkippingBatchSampler,
     WorkerRandomState,
+    capture_random_states,
     data_state,
+    restore_random_states,
     start_loader_at,
 )
-from cvt_mm.engine.slurm import first_slurm_host, slurm_environment
+from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
+from cvt_mm.engine.launch import first_slurm_host, slurm_environment
+from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
+from cvt_mm.engine.runner import TRAINING_HOOKS, ExactResumeRunner, add_training_guards
 
 from helpers import EXIT_PROBE_ENV, ROOT
 
@@ -443,7 +444,7 @@ SIDE_GROUP = textwrap.dedent('''
     import torch.distributed as dist
     import cvt_mm  # noqa
     from cvt_mm.engine.hooks import FiniteLossHook
-    from cvt_mm.engine.process_group import finish_distributed
+    from cvt_mm.engine.launch import finish_distributed
     from cvt_mm.engine.hooks import PreemptionHook
 
     dist.init_process_group('gloo')
@@ -515,7 +516,7 @@ FINISHED_RUNNER = textwrap.dedent('''
     import json, os, sys, types
     import torch
     import torch.distributed as dist
-    from cvt_mm.engine.process_group import finish_distributed
+    from cvt_mm.engine.launch import finish_distributed
     from sitecustomize import gloo_threads  # tests/exit_probe, on the PYTHONPATH
 
     def train():
@@ -641,7 +642,7 @@ def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, re
 def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(tmp_path):
     """MMEngine's short loop form and a hook the config lists itself (its settings kept);
     the guards are added once, when training starts, not to a runner that only tests."""
-    from cvt_mm.engine.loops import ResumableEpochBasedTrainLoop
+    from cvt_mm.engine.runner import ResumableEpochBasedTrainLoop
 
     runner = ExactResumeRunner(
         model=_toy_model(), work_dir=str(tmp_path), experiment_name=tmp_path.name,
@@ -779,7 +780,7 @@ CHOOSE = textwrap.dedent('''
     from mmengine.config import Config
     import cvt_mm  # noqa
     from cvt_mm.engine import resume
-    from cvt_mm.engine.process_group import finish_distributed
+    from cvt_mm.engine.launch import finish_distributed
     from cvt_mm.engine.resume import choose_resume
 
     work, rank = sys.argv[1], int(os.environ['RANK'])

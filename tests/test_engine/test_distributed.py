@@ -16,7 +16,7 @@ from mmengine.logging import MMLogger
 from torch.nn.modules.batchnorm import SyncBatchNorm, _BatchNorm
 
 import cvt_mm  # noqa: F401
-from cvt_mm.engine.distributed import revert_sync_batchnorm_for_cpu
+from cvt_mm.engine.cpu_ddp import revert_sync_batchnorm_for_cpu
 from cvt_mm.models import CMT, CvT
 
 from conftest import DIST_ITERATIONS

@@ -32,8 +32,8 @@ from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
 from mmengine.registry import HOOKS
 
+from ..exact_resume import ExactResumeHook
 from ..flags import flag_group, timed
-from .exact_resume_hook import ExactResumeHook
 
 __all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook']
 
