@@ -20,7 +20,9 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   preprocessing, forward and losses, ``bwd s``
   the backward and the optimizer step; the ratios to Swin-T's time, work and peak memory.
 * ``cls-step``: ``model.train_step`` of a classification config at its training resolution,
-  with the config's batch augmentations, loss and optimizer.
+  with the config's batch augmentations, loss and optimizer, in this process (start it as
+  ``bash tools/misc/cpu_malloc.sh python tools/analysis_tools/benchmark.py cls-step ...`` to
+  time it with the launchers' allocator setting).
 
 Per case: ``GFLOP`` counted by :func:`cvt_mm.flops.count_flops` in one untimed pass (a
 multiply-add is 2 FLOPs; attention included; mmcv's RoIAlign and the like not counted),
@@ -56,8 +58,6 @@ from typing import List, Optional
 
 import torch
 
-from cvt_mm.engine.allocator import OPT_OUT_ENV, reuse_freed_memory
-
 from .cases import (
     REPO,
     SWIN_T_CONSTRUCTED,
@@ -74,6 +74,9 @@ from .measure import machine_rates
 from .peers import PEER_NAMES, PEER_PATHS, official_family, peer_config
 
 __all__ = ['build_parser', 'main']
+
+# Cases run as the launchers run training: glibc's malloc reusing large freed blocks.
+CPU_MALLOC = osp.join(REPO, 'tools', 'misc', 'cpu_malloc.sh')
 
 
 def _parse_size(text: str):
@@ -174,8 +177,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _run_case(argv: List[str], case, thp: bool) -> subprocess.CompletedProcess:
     """``argv`` with ``--case`` in a fresh process (``python -m benchmarks.cli`` in the
     checkout)."""
-    return subprocess.run([sys.executable, '-m', 'benchmarks.cli', *argv, '--case',
-                           json.dumps(case)], capture_output=True, text=True,
+    return subprocess.run(['bash', CPU_MALLOC, sys.executable, '-m', 'benchmarks.cli', *argv,
+                           '--case', json.dumps(case)], capture_output=True, text=True,
                           env=case_env(thp), cwd=REPO)
 
 
@@ -183,7 +186,7 @@ def _print_machine(threads: int, thp: bool) -> dict:
     rates = machine_rates(threads)
     print(f'this machine now: fp32 GEMM {rates["gemm_gflops_per_s"]:.0f} GFLOP/s, memory copy '
           f'{rates["copy_gb_per_s"]:.1f} GB/s; THP_MEM_ALLOC_ENABLE={1 if thp else 0}; '
-          f'{OPT_OUT_ENV}={os.environ.get(OPT_OUT_ENV, "reuse")}; '
+          f'CVT_MM_MALLOC={os.environ.get("CVT_MM_MALLOC", "reuse")}; '
           f'{threads} threads; load average '
           f'{" ".join(f"{v:.2f}" for v in os.getloadavg())}', flush=True)
     return rates
@@ -430,8 +433,6 @@ def _cls_step(args) -> int:
 def main(argv: Optional[List[str]] = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if getattr(args, 'case', None) or args.command == 'cls-step':
-        reuse_freed_memory()  # where models run: as tools/train.py runs them
     if args.command == 'backbone':
         if args.warmup < 0 or args.runs < 1 or args.batch < 1 or args.profile < 0 or \
                 args.rounds < 1:

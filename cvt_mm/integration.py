@@ -34,8 +34,8 @@ inferencer in a process of their own and wants the same behaviour:
    MMPretrain's scope current, they build what they built before (docs/python_api.md).
 
 The guarded data workers' exit handler is registered where they are configured
-(:func:`cvt_mm.engine.workers.guarded_worker_init_cfg`), and the CPU allocator is set where the
-runner is built (:func:`cvt_mm.engine.launch.build_runner`).
+(:func:`cvt_mm.engine.workers.guarded_worker_init_cfg`); the CPU allocator setting is the
+launchers' (tools/misc/cpu_malloc.sh), read by glibc when a process starts.
 
 Example::
 

@@ -11,6 +11,7 @@ NODE_RANK=${NODE_RANK:-0}
 PORT=${PORT:-29500}
 MASTER_ADDR=${MASTER_ADDR:-"127.0.0.1"}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/tools/misc/cpu_malloc.sh"  # large freed blocks reused (CVT_MM_MALLOC=system: not)
 if [ -z "${PYTHON:-}" ]; then
     if [ -x "$ROOT/.venv/bin/python" ]; then PYTHON="$ROOT/.venv/bin/python"; else PYTHON=python; fi
 fi

@@ -14,6 +14,7 @@ set -uo pipefail
 CONFIG=$1
 WORK_DIR=$2
 ROOT=${SLURM_SUBMIT_DIR:-$(pwd)}  # sbatch runs a copy of this file from its spool folder
+source "$ROOT/tools/misc/cpu_malloc.sh" || exit  # large freed blocks reused (CVT_MM_MALLOC=system: not)
 PYTHON=${PYTHON:-python}
 PREEMPTED=75  # cvt_mm.engine.PREEMPTED_EXIT_CODE
 

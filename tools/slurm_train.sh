@@ -15,6 +15,7 @@ GPUS_PER_NODE=${GPUS_PER_NODE:-8}
 CPUS_PER_TASK=${CPUS_PER_TASK:-5}
 SRUN_ARGS=${SRUN_ARGS:-""}
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+source "$ROOT/tools/misc/cpu_malloc.sh"  # large freed blocks reused (CVT_MM_MALLOC=system: not)
 PYTHON=${PYTHON:-python}
 
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" \

@@ -18,15 +18,15 @@ group of :mod:`.flags`.
 Launching: :mod:`.launch`, what ``tools/train.py`` and ``tools/test.py`` call (command line to
 config, missing datasets named, slurm's environment, a process group restarts cannot hang on,
 ``--launcher`` on CPUs, building the runner); :mod:`.cpu_ddp`: DDP without CUDA;
-:mod:`.workers`: data workers that die with their process; :mod:`.allocator`: glibc's malloc
-made to reuse large freed blocks.
+:mod:`.workers`: data workers that die with their process (the CPU allocator setting is the
+launchers': tools/misc/cpu_malloc.sh).
 
 Beside them: :mod:`.fileio` (atomic checkpoint writes), :mod:`.layer_decay` (layer-wise
 learning-rate decay for detectors and segmentors; :mod:`.optim` registers it).
 
 Importing this package registers what configs name by ``type`` and loads no launch module
-(``launch``, ``allocator``) and no toolbox model zoo: the
-tools import those; the two names below that live there are loaded on first use.
+(``launch``) and no toolbox model zoo: the
+tools import those; the name below that lives there is loaded on first use.
 """
 import importlib
 
@@ -60,10 +60,9 @@ __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'Atomi
            'SkippingBatchSampler', 'WorkerRandomState', 'guard_data_worker',
            'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop', 'ExactResumeRunner',
            'add_training_guards',
-           'BackboneLayerDecayOptimWrapperConstructor', 'reuse_freed_memory']
+           'BackboneLayerDecayOptimWrapperConstructor']
 
-_LOADED_ON_USE = {'reuse_freed_memory': 'allocator',
-                  'BackboneLayerDecayOptimWrapperConstructor': 'layer_decay'}
+_LOADED_ON_USE = {'BackboneLayerDecayOptimWrapperConstructor': 'layer_decay'}
 
 
 def __getattr__(name: str):

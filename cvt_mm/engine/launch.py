@@ -34,6 +34,7 @@ from .resume import choose_resume
 from .workers import guard_dataloader_workers
 
 __all__ = ['set_local_rank_env', 'config_from_args', 'setup_launch', 'build_runner',
+           'cpu_allocator_note',
            'run_and_finish', 'check_dataset_paths', 'prepare_distributed', 'slurm_environment',
            'first_slurm_host', 'init_process_group', 'finish_distributed', 'DATASET_LAYOUTS']
 
@@ -293,19 +294,27 @@ def prepare_distributed(cfg, launcher: str) -> None:
 
 
 # ----------------------------------------------------------------------------------- runner
+def cpu_allocator_note(environ=None) -> str:
+    """How this process's glibc malloc treats large freed blocks, for the log: reused where
+    it started with ``MALLOC_MMAP_MAX_=0`` (the launchers source tools/misc/cpu_malloc.sh),
+    else glibc's default, which page-faults each large CPU tensor afresh."""
+    environ = os.environ if environ is None else environ
+    if environ.get('MALLOC_MMAP_MAX_') == '0':
+        return 'large freed blocks reused (MALLOC_MMAP_MAX_=0: tools/misc/cpu_malloc.sh)'
+    return ("glibc's default (on a CPU, `bash tools/misc/cpu_malloc.sh python tools/train.py "
+            '...` and the launchers reuse large freed blocks: docs/benchmarks.md, "CPU '
+            'allocator")')
+
+
 def build_runner(cfg):
     """``RUNNERS.build(cfg)`` when the config names a ``runner_type`` (as MMDetection's tools),
     otherwise :class:`~cvt_mm.engine.runner.ExactResumeRunner` (a config that is not built on
-    ours), in a process whose malloc reuses large freed blocks
-    (:func:`~cvt_mm.engine.allocator.reuse_freed_memory`, logged; ``CVT_MM_MALLOC=system``
-    opts out)."""
+    ours); the log names the CPU allocator setting (:func:`cpu_allocator_note`)."""
     from mmengine.registry import RUNNERS
 
-    from .allocator import reuse_freed_memory
     from .runner import ExactResumeRunner
-    allocator = reuse_freed_memory()  # before the data workers fork and tensors grow
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else ExactResumeRunner.from_cfg(cfg)
-    runner.logger.info(f'CPU allocator: {allocator}')
+    runner.logger.info(f'CPU allocator: {cpu_allocator_note()}')
     return runner
 
 

@@ -98,9 +98,10 @@ def command_lines():
 
 def _tool_args(words):
     """(tool, args) of a `python tools/X.py ...` or `bash tools/X.sh ...` command (or of a
-    maintainer's script in .dev_scripts/)."""
+    maintainer's script in .dev_scripts/); tools/misc/cpu_malloc.sh runs the command after
+    it, which is the tool."""
     for i, word in enumerate(words):
-        if word.startswith(('tools/', '.dev_scripts/')):
+        if word.startswith(('tools/', '.dev_scripts/')) and word != 'tools/misc/cpu_malloc.sh':
             return word, words[i + 1:]
     return None, None
 

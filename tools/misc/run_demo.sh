@@ -18,6 +18,7 @@
 # (the tests run the whole chain on a few images, and UperNet for a few iterations).
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+source "$ROOT/tools/misc/cpu_malloc.sh"  # large freed blocks reused (CVT_MM_MALLOC=system: not)
 PY=${PYTHON:-$ROOT/.venv/bin/python}
 DEMO_DATA_ARGS=${DEMO_DATA_ARGS:---imagenet-train 3000 --imagenet-val 300 --coco-train 320 --coco-val 80}
 SEG_OPTIONS=()
