@@ -9,6 +9,8 @@ Example::
 """
 from __future__ import annotations
 
+import copy
+import functools
 import importlib
 import importlib.util
 import os
@@ -37,6 +39,19 @@ CONFIGS = osp.join(ROOT, 'configs')
 TOOLS = osp.join(ROOT, 'tools')
 # Side of the tiny detection datasets' images.
 IMAGE_SIZE = 96
+
+
+@functools.lru_cache(maxsize=None)
+def _parsed_config(path: str, mtime_ns: int) -> Config:
+    return Config.fromfile(path)
+
+
+def repo_config(path: str) -> Config:
+    """``Config.fromfile(path)``, parsed once per test process and handed out as a copy:
+    MMEngine reads every metafile of a toolbox again for each ``mmdet::`` config it resolves
+    (about 1 s a config), and several modules load the same configs."""
+    path = osp.abspath(path)
+    return copy.deepcopy(_parsed_config(path, os.stat(path).st_mtime_ns))
 
 
 def write_checkpoint(config: Union[str, Config], path: str, seed: int = 0,

@@ -11,7 +11,6 @@ import re
 import numpy as np
 import pytest
 import torch
-from mmengine.config import Config
 from mmengine.dataset import pseudo_collate
 from mmengine.registry import init_default_scope
 from mmengine.runner import load_checkpoint
@@ -22,7 +21,7 @@ from cvt_mm.checkpoint import CheckpointError, convert_checkpoint, read_checkpoi
 from cvt_mm.models.cmt import ARCH_SETTINGS as CMT_ARCHS
 from cvt_mm.models.cvt import CvT
 
-from helpers import ROOT, load_tool
+from helpers import ROOT, load_tool, repo_config
 
 # End-to-end runs of the real tools and runners: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
@@ -98,7 +97,7 @@ def _shrink(pipeline, size):
 def tiny_config(name, data_root, work_dir):
     """A classification config as shipped, pointed at the tiny set: 5 classes, 64x64 crops,
     one epoch of two training iterations."""
-    cfg = Config.fromfile(osp.join(CONFIGS, name))
+    cfg = repo_config(osp.join(CONFIGS, name))
     for key in ('train_dataloader', 'val_dataloader', 'test_dataloader'):
         loader = cfg[key]
         loader.update(batch_size=TRAIN_BATCH, num_workers=0, persistent_workers=False)
@@ -146,7 +145,7 @@ def trained(imagenet_root, tmp_path_factory):
 @pytest.mark.parametrize('name', sorted(CLS_CONFIGS))
 def test_config_is_consistent(name):
     """Resolution, schedule and batch agree across the parts of each config."""
-    cfg = Config.fromfile(osp.join(CONFIGS, name))
+    cfg = repo_config(osp.join(CONFIGS, name))
     backbone_type, cmt_arch = CLS_CONFIGS[name]
     assert cfg.model.backbone.type == backbone_type
     assert cfg.model.backbone.out_type == 'logits' and cfg.model.head.type == 'ClsHead'
@@ -179,7 +178,7 @@ def test_weight_decay_groups(name):
     from mmengine.optim import build_optim_wrapper
     from mmpretrain.registry import MODELS
     init_default_scope('mmpretrain')
-    cfg = Config.fromfile(osp.join(CONFIGS, name))
+    cfg = repo_config(osp.join(CONFIGS, name))
     model = MODELS.build(cfg.model)
     optim_wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
     decay_of = {}
@@ -241,7 +240,7 @@ def test_amp_flag_builds_amp_optim_wrapper(trained, imagenet_root, tmp_path):
 def _dense_backbone(config, init_cfg, whole_model):
     """The backbone of a detection / segmentation config after ``init_weights``, built
     inside the whole detector / segmentor or on its own."""
-    cfg = Config.fromfile(osp.join(CONFIGS, config))
+    cfg = repo_config(osp.join(CONFIGS, config))
     init_default_scope(cfg.default_scope)
     if cfg.default_scope == 'mmdet':
         from mmdet.registry import MODELS

@@ -7,17 +7,16 @@ import os.path as osp
 
 import pytest
 import torch
-from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
 
-from helpers import CONFIGS
+from helpers import CONFIGS, repo_config
 
 
 @functools.lru_cache(maxsize=None)
 def _parsed(path):
-    return Config.fromfile(path)
+    return repo_config(path)
 
 
 def load(path):

@@ -10,7 +10,6 @@ import re
 
 import pytest
 import torch
-from mmengine.config import Config
 from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
@@ -23,6 +22,7 @@ from helpers import (
     head_loss_keys,
     head_user_config,
     load_tool,
+    repo_config,
     run_tool,
 )
 
@@ -68,7 +68,7 @@ def test_levels_and_strides(name):
     """The backbone's and the neck's outputs on a 128 px image have the strides the head's
     settings name: RPN anchors and RoI extractors (Cascade), feature levels of deformable
     attention (DINO, Mask2Former's pixel decoder), FPNHead's feature strides."""
-    cfg = Config.fromfile(osp.join(CONFIGS, name))
+    cfg = repo_config(osp.join(CONFIGS, name))
     init_default_scope(cfg.default_scope)
     registry = __import__(f'{cfg.default_scope}.registry', fromlist=['MODELS']).MODELS
     model = cfg.model
@@ -119,7 +119,7 @@ def test_backbone_trains_at_a_tenth_of_the_lr_position_parameters_without_decay(
     from mmengine.optim import build_optim_wrapper
 
     from helpers import build_model_from_config
-    cfg = Config.fromfile(osp.join(CONFIGS, name))
+    cfg = repo_config(osp.join(CONFIGS, name))
     model = build_model_from_config(cfg)
     optim = build_optim_wrapper(model, cfg.optim_wrapper).optimizer
     base_lr, base_decay = cfg.optim_wrapper.optimizer.lr, cfg.optim_wrapper.optimizer.weight_decay
@@ -150,7 +150,7 @@ def test_a_3x_config_is_its_1x_sibling_with_the_3x_schedule_and_multi_scale_crop
     and what differs resolves to the 3x recipe (36 epochs, steps after 27 and 33, the
     random-choice multi-scale resize or resize-crop-resize after a flip), test pipeline
     unchanged."""
-    three, one = (Config.fromfile(osp.join(CONFIGS, n)) for n in
+    three, one = (repo_config(osp.join(CONFIGS, n)) for n in
                   (name, name.replace('_ms-3x', '')))
     assert three.model.to_dict() == one.model.to_dict()
     assert (three.train_cfg.max_epochs, one.train_cfg.max_epochs) == (36, 12)

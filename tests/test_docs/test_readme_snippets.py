@@ -9,12 +9,11 @@ import re
 import shlex
 
 import pytest
-from mmengine.config import Config
 
 import cvt_mm  # noqa: F401
 from cvt_mm.checkpoint import PUBLISHED
 
-from helpers import ROOT, build_model_from_config
+from helpers import ROOT, build_model_from_config, repo_config
 
 DOCS = [osp.join(ROOT, 'README.md')] + sorted(glob.glob(osp.join(ROOT, 'docs', '*.md'))) + \
     sorted(glob.glob(osp.join(ROOT, 'configs', '*', 'README.md')))
@@ -38,7 +37,7 @@ def test_config_snippet_builds(snippet, tmp_path):
         r"'([^':]+)'", lambda p: repr(osp.join(ROOT, p.group(1))), m.group(1)), snippet)
     path = tmp_path / 'snippet.py'
     path.write_text(text)
-    cfg = Config.fromfile(str(path))
+    cfg = repo_config(str(path))
     init_cfg = cfg.model.backbone.get('init_cfg')
     if init_cfg:
         assert osp.basename(init_cfg['checkpoint']) in PUBLISHED_FILES
@@ -161,7 +160,7 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
         args = _placeholders_filled(args)
         for arg in args:
             if arg.startswith('configs/') and arg not in loaded:
-                Config.fromfile(osp.join(ROOT, arg))
+                repo_config(osp.join(ROOT, arg))
                 loaded.add(arg)
         name = osp.basename(tool)
         try:

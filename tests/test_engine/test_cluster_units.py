@@ -34,7 +34,7 @@ from cvt_mm.engine.launch import first_slurm_host, slurm_environment
 from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
 from cvt_mm.engine.runner import TRAINING_HOOKS, ExactResumeRunner, add_training_guards
 
-from helpers import EXIT_PROBE_ENV, ROOT
+from helpers import EXIT_PROBE_ENV, ROOT, repo_config
 
 
 class RandomDataset:
@@ -356,7 +356,7 @@ def test_every_training_config_names_the_runner_that_adds_the_training_guards():
     paths = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py'))
                    + glob.glob(os.path.join(ROOT, 'configs', 'demo', '*.py')))
     missing = [os.path.relpath(p, ROOT) for p in paths
-               if (cfg := Config.fromfile(p)).get('train_cfg')
+               if (cfg := repo_config(p)).get('train_cfg')
                and cfg.get('runner_type') != 'ExactResumeRunner']
     assert len(paths) > 40 and missing == []
 

@@ -26,6 +26,7 @@ from helpers import (
     build_model_from_config,
     head_loss_keys,
     model_config,
+    repo_config,
     synthetic_batch,
 )
 
@@ -54,7 +55,7 @@ INPUT_SIZES = dict(mmdet=(96, 128), mmseg=(64, 64), mmpretrain=(64, 64))
 def load(config: str) -> Config:
     """``configs/...`` loaded once per session (half a second each on 2 cores); not to be
     changed by the tests that share it."""
-    return Config.fromfile(osp.join(ROOT, config))
+    return repo_config(osp.join(ROOT, config))
 
 
 def model_key(cfg: Config, detection_policy: bool) -> str:
@@ -154,7 +155,7 @@ def test_configs_that_share_a_model_are_told_apart_from_those_that_do_not():
     assert checked_model('configs/mask_rcnn_cmt_s_coco.py') == checked_model(
         'configs/mask_rcnn_cmt_s_ms-3x_coco.py')
     assert checked_model(cvt13) != checked_model('configs/mask_rcnn_cvt21_coco.py')
-    changed = Config.fromfile(osp.join(ROOT, cvt13))
+    changed = repo_config(osp.join(ROOT, cvt13))
     changed.model.backbone.out_indices = (0, 1)
     assert model_key(changed, True) != checked_model(cvt13)
 

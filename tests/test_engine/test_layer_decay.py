@@ -3,7 +3,6 @@ constructor for detectors/segmentors, and MMPretrain's own constructor on our ba
 import os.path as osp
 
 import pytest
-from mmengine.config import Config
 from mmengine.optim import build_optim_wrapper
 from mmengine.registry import DefaultScope
 
@@ -11,7 +10,7 @@ import cvt_mm  # noqa: F401
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 
-from helpers import ROOT, build_model_from_config
+from helpers import ROOT, build_model_from_config, repo_config
 
 
 @pytest.mark.parametrize('model,depths', [(CvT(arch='13'), [1, 2, 10]),
@@ -41,7 +40,7 @@ def test_depths_follow_blocks_from_stem_to_head(model, depths):
 
 
 def param_groups(config):
-    cfg = Config.fromfile(osp.join(ROOT, config)) if isinstance(config, str) else config
+    cfg = repo_config(osp.join(ROOT, config)) if isinstance(config, str) else config
     model = build_model_from_config(cfg)
     with DefaultScope.overwrite_default_scope(cfg.default_scope):
         wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
@@ -67,7 +66,7 @@ def test_detector_config_decays_backbone_lr_by_depth():
 
 
 def test_segmentor_with_cmt_and_a_clear_error_without_depths():
-    cfg = Config.fromfile(osp.join(ROOT, 'configs/upernet_cmt_s_ade20k.py'))
+    cfg = repo_config(osp.join(ROOT, 'configs/upernet_cmt_s_ade20k.py'))
     cfg.optim_wrapper.constructor = 'BackboneLayerDecayOptimWrapperConstructor'
     cfg.optim_wrapper.paramwise_cfg = dict(layer_decay_rate=0.8)
     model, _, groups = param_groups(cfg)
@@ -80,7 +79,7 @@ def test_segmentor_with_cmt_and_a_clear_error_without_depths():
 
 
 def test_mmpretrain_constructor_works_on_our_classifiers():
-    cfg = Config.fromfile(osp.join(ROOT, 'configs/imagenet_cmt_ti_800e_in1k.py'))
+    cfg = repo_config(osp.join(ROOT, 'configs/imagenet_cmt_ti_800e_in1k.py'))
     cfg.optim_wrapper.constructor = 'LearningRateDecayOptimWrapperConstructor'
     cfg.optim_wrapper.paramwise_cfg = dict(layer_decay_rate=0.75)
     model, _, groups = param_groups(cfg)
