@@ -4,6 +4,7 @@
 _base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/backbones/cmt_s.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
+train_cfg = dict(type='ResumableEpochBasedTrainLoop')  # resumable mid-epoch (the same module)
 
 model = dict(
     # C3-C5 (strides 8-32) as R-50's; ChannelMapper adds stride 64 by a stride-2 conv.

@@ -5,6 +5,7 @@
 _base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/backbones/cvt13.py']
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
+train_cfg = dict(type='ResumableEpochBasedTrainLoop')  # resumable mid-epoch (the same module)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our Mask R-CNN's (DINO's Swin-L keeps its 0.2

@@ -34,7 +34,7 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=warmup_epochs,
          end=max_epochs, T_max=max_epochs - warmup_epochs, convert_to_iter_based=True),
 ]
-train_cfg = dict(by_epoch=True, max_epochs=max_epochs, val_interval=1)
+train_cfg = dict(max_epochs=max_epochs)
 
 # The official total batch; `tools/train.py --auto-scale-lr` rescales base_lr linearly to yours.
 auto_scale_lr = dict(base_batch_size=2048)

@@ -7,6 +7,7 @@ _base_ = [
 ]
 custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
 runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
+train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (the same module)
 
 model = dict(
     backbone=dict(_base_.cmt_s_backbone, _delete_=True, out_indices=(0, 1, 2, 3)),

@@ -8,6 +8,7 @@ _base_ = [
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
+train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (the same module)
 
 model = dict(
     # BatchNorm at 2 images per GPU, as the base's R-50.

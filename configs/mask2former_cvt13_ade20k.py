@@ -8,6 +8,7 @@ _base_ = [
 ]
 custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
 runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
+train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (the same module)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our UperNet's (Swin-T: 0.3 for both UperNet

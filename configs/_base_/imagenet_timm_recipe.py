@@ -10,6 +10,10 @@ _base_ = [
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 # Exact resume and the other training guards under any launcher (cvt_mm.engine.runner).
 runner_type = 'ExactResumeRunner'
+# MMEngine's epoch loop, resumable mid-epoch, in place of MMPretrain's short form
+# (dict(by_epoch=True, ...)); the model configs set max_epochs.
+train_cfg = dict(_delete_=True, type='ResumableEpochBasedTrainLoop', max_epochs=300,
+                 val_interval=1)
 
 num_classes = 1000
 # The classifier trains the backbone's own classification stage: the backbone (out_type=

@@ -160,9 +160,18 @@ TRAINING_HOOKS = ('FiniteLossHook', 'ExactResumeHook', 'PreemptionHook', 'Heartb
 def _resumable_loop(loop: dict) -> dict:
     loop = dict(loop)
     loop_type = loop.get('type')
+    by_epoch = loop.pop('by_epoch', None)
     if loop_type is None:  # MMEngine's short form: dict(by_epoch=..., max_...)
-        loop_type = 'EpochBasedTrainLoop' if loop.pop('by_epoch', False) else \
-            'IterBasedTrainLoop'
+        loop_type = 'EpochBasedTrainLoop' if by_epoch else 'IterBasedTrainLoop'
+    elif by_epoch is not None and loop_type in (*RESUMABLE_LOOPS, *RESUMABLE_LOOPS.values()):
+        # The short form (MMPretrain's habit) merged onto a config that names the loop
+        # (ours): MMEngine refuses both keys; a by_epoch that matches the loop is dropped.
+        if bool(by_epoch) != ('Epoch' in loop_type):
+            other = 'IterBasedTrainLoop' if by_epoch is False else 'EpochBasedTrainLoop'
+            raise ValueError(
+                f'train_cfg: by_epoch={by_epoch} contradicts type={loop_type!r}, which the '
+                f"config's base names; write train_cfg=dict(_delete_=True, "
+                f"type='Resumable{other}', ...)")
     if loop_type in RESUMABLE_LOOPS:
         loop_type = RESUMABLE_LOOPS[loop_type]
     elif loop_type not in RESUMABLE_LOOPS.values():

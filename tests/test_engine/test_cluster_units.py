@@ -5,6 +5,7 @@ and a stop signal that cannot be agreed with a dead peer (real processes, real g
 import glob
 import os
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -32,7 +33,12 @@ from cvt_mm.engine.exact_resume import (
 from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
 from cvt_mm.engine.launch import first_slurm_host, slurm_environment
 from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
-from cvt_mm.engine.runner import TRAINING_HOOKS, ExactResumeRunner, add_training_guards
+from cvt_mm.engine.runner import (
+    RESUMABLE_LOOPS,
+    TRAINING_HOOKS,
+    ExactResumeRunner,
+    add_training_guards,
+)
 
 from helpers import EXIT_PROBE_ENV, ROOT, repo_config
 
@@ -352,13 +358,19 @@ def test_a_restart_picks_the_newest_write_when_epoch_and_iteration_names_mix(tmp
 # ----------------------------------------------------------------------------- tools/train.py
 def test_every_training_config_names_the_runner_that_adds_the_training_guards():
     """So that MMDetection's and MMSegmentation's own tools, and mim, train them as
-    tools/train.py does."""
+    tools/train.py does; and the loop that runs is the one the printed config shows."""
     paths = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py'))
                    + glob.glob(os.path.join(ROOT, 'configs', 'demo', '*.py')))
-    missing = [os.path.relpath(p, ROOT) for p in paths
-               if (cfg := repo_config(p)).get('train_cfg')
-               and cfg.get('runner_type') != 'ExactResumeRunner']
+    missing, loops = [], {}
+    for path in paths:
+        cfg = repo_config(path)
+        if not cfg.get('train_cfg'):
+            continue
+        if cfg.get('runner_type') != 'ExactResumeRunner':
+            missing.append(os.path.relpath(path, ROOT))
+        loops[os.path.relpath(path, ROOT)] = cfg.train_cfg.get('type')
     assert len(paths) > 40 and missing == []
+    assert {k: v for k, v in loops.items() if v not in RESUMABLE_LOOPS.values()} == {}
 
 
 def test_unknown_signal_names_are_refused():
@@ -664,6 +676,34 @@ def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(t
     assert type(runner.train_loop) is ResumableEpochBasedTrainLoop
     assert runner._test_dataloader['worker_init_fn'] == dict(type='guard_data_worker',
                                                              seed=None)
+
+
+@pytest.mark.parametrize('loop, by_epoch, error', [
+    ('ResumableEpochBasedTrainLoop', True, None),
+    ('ResumableIterBasedTrainLoop', False, None),
+    ('ResumableEpochBasedTrainLoop', False, "by_epoch=False contradicts "
+     "type='ResumableEpochBasedTrainLoop', which the config's base names; write "
+     "train_cfg=dict(_delete_=True, type='ResumableIterBasedTrainLoop', ...)"),
+])
+def test_a_short_form_train_cfg_on_a_config_that_names_the_loop(tmp_path, loop, by_epoch, error):
+    """A user's ``train_cfg=dict(by_epoch=True, ...)`` (MMPretrain's habit) merged onto our
+    configs, which name the loop: a matching ``by_epoch`` trains, a contradicting one says
+    what to write."""
+    length = dict(max_epochs=1) if by_epoch else dict(max_iters=2)
+    runner = ExactResumeRunner(
+        model=_toy_model(), work_dir=str(tmp_path), experiment_name=tmp_path.name,
+        train_dataloader=dict(dataset=ToyData(), batch_size=12, num_workers=0, sampler=dict(
+            type='DefaultSampler' if by_epoch else 'InfiniteSampler', shuffle=True)),
+        optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_cfg=dict(type=loop, by_epoch=by_epoch, **length),
+        randomness=dict(seed=0), default_scope='mmengine')
+    if error:
+        with pytest.raises(ValueError, match=re.escape(error)):
+            runner.train()
+        return
+    runner.train()
+    assert type(runner.train_loop).__name__ == loop
+    assert runner.iter == runner.train_loop.max_iters == (len(ToyData()) // 12 if by_epoch else 2)
 
 
 def test_resuming_with_another_number_of_data_workers_continues_at_the_batch_and_says_so(

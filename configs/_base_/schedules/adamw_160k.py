@@ -24,3 +24,5 @@ auto_scale_lr = dict(enable=False, base_batch_size=16)
 # Exact resume, preemption checkpoints and the other training guards under any launcher that
 # builds the runner a config names (cvt_mm.engine.runner, docs/cluster.md).
 runner_type = 'ExactResumeRunner'
+# MMEngine's iteration loop, resumable without replaying the data (cvt_mm.engine.runner).
+train_cfg = dict(type='ResumableIterBasedTrainLoop')

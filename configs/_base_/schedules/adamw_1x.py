@@ -6,7 +6,8 @@
 _base_ = 'mmdet::_base_/schedules/schedule_1x.py'
 
 max_epochs = 12
-train_cfg = dict(max_epochs=max_epochs)
+# MMEngine's epoch loop, resumable mid-epoch (cvt_mm.engine.runner).
+train_cfg = dict(type='ResumableEpochBasedTrainLoop', max_epochs=max_epochs)
 param_scheduler = [
     dict(type='LinearLR', start_factor=0.001, by_epoch=False, begin=0, end=1000),
     dict(type='MultiStepLR', begin=0, end=max_epochs, by_epoch=True, milestones=[8, 11],
