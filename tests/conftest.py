@@ -28,6 +28,8 @@ def pytest_xdist_make_scheduler(config, log):
             module = nodeid.split('::', 1)[0]
             return SHARED_FIXTURE_GROUPS.get(osp.splitext(osp.basename(module))[0], module)
 
+    # In the order of LONGEST_FIRST below, not xdist's default (most tests first).
+    config.option.loadscopereorder = False
     return ModuleGroupScheduling(config, log)
 
 
