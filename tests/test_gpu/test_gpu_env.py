@@ -3,6 +3,8 @@ summary), mmcv compiled with CUDA ops, and those ops (RoIAlign forward and backw
 against their CPU results."""
 import os
 import platform
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -12,6 +14,16 @@ from gpu_helpers import CUDA, DEVICE, PLAN, no_cuda, record
 pytestmark = [pytest.mark.gpu, pytest.mark.slow]
 
 
+
+def _mmcv_info(name: str) -> str:
+    """mmcv's ``get_compiler_version`` / ``get_compiling_cuda_version``, asked in a process of
+    its own: on the H200 node of 2026-12-04 (torch 2.11, CUDA 13, mmcv built there) these
+    calls crashed the pytest process (SIGSEGV) in two runs of three, which ends every check."""
+    proc = subprocess.run([sys.executable, '-c', f'from mmcv.ops import {name}; print({name}())'],
+                          capture_output=True, text=True, timeout=120)
+    return proc.stdout.strip() if proc.returncode == 0 else f'crashed (exit {proc.returncode})'
+
+
 def test_environment(record_property):
     """The stack imports and registers our backbones; on CUDA, torch computes on the GPU."""
     import mmcv
@@ -19,7 +31,6 @@ def test_environment(record_property):
     import mmengine
     import mmpretrain
     import mmseg
-    from mmcv.ops import get_compiler_version, get_compiling_cuda_version
 
     from cvt_mm.registry import MODELS
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
@@ -27,8 +38,8 @@ def test_environment(record_property):
     environment = dict(
         device=DEVICE, python=platform.python_version(), torch=torch.__version__,
         torch_cuda=torch.version.cuda, gpus=gpus, cpus=os.cpu_count(),
-        mmcv=mmcv.__version__, mmcv_compiler=get_compiler_version(),
-        mmcv_cuda=get_compiling_cuda_version(), mmengine=mmengine.__version__,
+        mmcv=mmcv.__version__, mmcv_compiler=_mmcv_info('get_compiler_version'),
+        mmcv_cuda=_mmcv_info('get_compiling_cuda_version'), mmengine=mmengine.__version__,
         mmdet=mmdet.__version__, mmseg=mmseg.__version__, mmpretrain=mmpretrain.__version__,
         plan={k: list(v) if isinstance(v, tuple) else v for k, v in vars(PLAN).items()})
     result = (f'torch {torch.__version__} (CUDA {torch.version.cuda}), '
@@ -42,9 +53,9 @@ def test_environment(record_property):
 
 @no_cuda('whether mmcv was compiled with CUDA ops')
 def test_mmcv_cuda_ops(record_property):
-    from mmcv.ops import get_compiler_version, get_compiling_cuda_version
-    cuda = get_compiling_cuda_version()
-    record(record_property, f'ops compiled with {get_compiler_version()}, CUDA {cuda}')
+    cuda = _mmcv_info('get_compiling_cuda_version')
+    compiler = _mmcv_info('get_compiler_version')
+    record(record_property, f'ops compiled with {compiler}, CUDA {cuda}')
     assert cuda not in ('not available', None, ''), 'no CUDA ops: rebuild mmcv with FORCE_CUDA=1'
 
 
