@@ -9,7 +9,11 @@ from torch.profiler import ProfilerActivity, profile
 import cvt_mm  # noqa: F401  (registers the backbones)
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
-from cvt_mm.models.fast.attention import BiasGradAttention, sdpa_attention
+from cvt_mm.models.fast.attention import (
+    BiasGradAttention,
+    query_chunked_attention,
+    sdpa_attention,
+)
 from cvt_mm.models.fast.quick_gelu import FusedQuickGELU
 from cvt_mm.models.layers import (
     QuickGELU,
@@ -154,6 +158,26 @@ def test_bias_grad_attention_passes_gradcheck():
     args = [torch.randn(shape, generator=gen, dtype=torch.float64, requires_grad=True)
             for shape in ((1, 2, 9, 4), (1, 2, 5, 4), (1, 2, 5, 4), (1, 2, 9, 5))]
     assert torch.autograd.gradcheck(lambda *a: BiasGradAttention.apply(*a, 0.5, 4), args)
+
+
+@pytest.mark.parametrize('bias_shape', [None, (1, 3, 37, 11), (2, 3, 37, 11), (1, 3, 1, 11)])
+def test_query_chunks_give_the_plain_formula_and_its_gradients(bias_shape):
+    """The path for a backend that would build the score matrix (CUDA without a fused kernel
+    for the inputs, other devices, dropout on the CPU): 37 queries in chunks of 8 (the last
+    short), a bias per query or one row for all; the output and every gradient equal
+    autograd through softmax(q kᵀ s + b) v."""
+    gen = torch.Generator().manual_seed(4)
+    shapes = [(2, 3, 37, 6), (2, 3, 11, 6), (2, 3, 11, 6)] + ([bias_shape] if bias_shape else [])
+    inputs = [torch.randn(s, generator=gen, dtype=torch.float64) for s in shapes]
+    results = []
+    for fn in (lambda q, k, v, b=None: reference_attention(q, k, v, 0.4, bias=b),
+               lambda q, k, v, b=None: query_chunked_attention(q, k, v, 0.4, b, 0.0, rows=8)):
+        leaves = [t.clone().requires_grad_() for t in inputs]
+        out = fn(*leaves)
+        out.square().sum().backward()
+        results.append([out] + [t.grad for t in leaves])
+    for ref, ours in zip(*results):
+        torch.testing.assert_close(ours, ref, rtol=1e-10, atol=1e-12)
 
 
 @pytest.mark.parametrize('dtype', [torch.bfloat16, torch.float16])

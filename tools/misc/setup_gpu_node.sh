@@ -120,8 +120,14 @@ cat > "$site/env.sh" <<ENV
 # source this file to use the packages of $site with the node's torch
 export PYTHONPATH="$site:$root\${PYTHONPATH:+:\$PYTHONPATH}"
 ENV
+# The check runs one of mmcv's CUDA ops rather than asking mmcv.ops.get_compiling_cuda_version():
+# on the H200 node of 2026-12-04 that call (and get_compiler_version) crashed the interpreter.
 "$py" -c "import torch, torchvision, mmcv.ops, mmdet, mmseg, mmpretrain, cvt_mm, pytest; \
 from mmengine.utils.dl_utils import collect_env; collect_env(); \
-print('setup_gpu_node: imports fine; mmcv', mmcv.__version__, 'CUDA ops', mmcv.ops.get_compiling_cuda_version())" \
-    || { echo "setup_gpu_node: the stack does not import; a package the node lacks may be missing from the wheelhouse" >&2; exit 1; }
+device = 'cuda' if torch.cuda.is_available() else 'cpu'; \
+boxes = torch.tensor([[0., 0., 10., 10.], [1., 1., 10., 10.], [20., 20., 30., 30.]], device=device); \
+_, keep = mmcv.ops.nms(boxes, torch.tensor([0.9, 0.8, 0.7], device=device), 0.5); \
+assert keep.tolist() == [0, 2], keep; \
+print('setup_gpu_node: imports fine; mmcv', mmcv.__version__, 'runs NMS on', device)" \
+    || { echo "setup_gpu_node: the stack does not import or mmcv's NMS fails; a package the node lacks may be missing from the wheelhouse" >&2; exit 1; }
 echo "$want" > "$stamp"

@@ -1,8 +1,9 @@
 """PyTorch's fused ``scaled_dot_product_attention`` for CvT and CMT, the fast path of the
 models' ``softmax(q kᵀ * scale + bias) v``: in one call on the CPU, where its kernel never builds
 the score matrix, with an exact backward for CMT's trained position bias that keeps no
-probabilities (:class:`BiasGradAttention`); chunked over queries elsewhere, so that no backend
-holds the full score matrix of a large image.
+probabilities (:class:`BiasGradAttention`); in one call on CUDA too, where a fused kernel
+(flash, memory-efficient, cuDNN) takes it; chunked over queries only where none does, so that
+the unfused math fallback never holds the full score matrix of a large image.
 """
 from __future__ import annotations
 
@@ -11,9 +12,9 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-# Above this many score elements per call (batch x heads x queries x keys) the attention is
-# evaluated in query chunks, so no backend (CPU math fallback, autograd) ever holds the full
-# score matrix. 2**26 fp32 elements = 256 MiB.
+# Where no fused kernel takes the call, above this many score elements (batch x heads x queries
+# x keys) the attention is evaluated in query chunks, so the math fallback (and its autograd)
+# never holds the full score matrix. 2**26 fp32 elements = 256 MiB.
 MAX_SCORE_ELEMENTS = 2 ** 26
 # Scores per chunk in BiasGradAttention's backward: 2 MiB of fp32 probabilities stay in
 # cache; the fastest of the sizes measured (docs/benchmarks.md, "What changed").
@@ -91,6 +92,21 @@ class BiasGradAttention(torch.autograd.Function):
                 None, None)
 
 
+def fused_cuda_kernel_takes(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                            bias: Optional[torch.Tensor], dropout_p: float) -> bool:
+    """Whether one of PyTorch's fused CUDA attention kernels (flash, memory-efficient, cuDNN),
+    none of which holds the score matrix, is enabled and accepts these inputs: the checks
+    PyTorch's own dispatcher makes. ``False`` off CUDA."""
+    if q.device.type != 'cuda':
+        return False
+    from torch.backends import cuda
+    params = cuda.SDPAParams(q, k, v, bias, dropout_p, False, False)
+    return any(enabled() and accepts(params) for enabled, accepts in (
+        (cuda.flash_sdp_enabled, cuda.can_use_flash_attention),
+        (cuda.mem_efficient_sdp_enabled, cuda.can_use_efficient_attention),
+        (cuda.cudnn_sdp_enabled, cuda.can_use_cudnn_attention)))
+
+
 def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
                    bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
                    max_score_elements: int = MAX_SCORE_ELEMENTS) -> torch.Tensor:
@@ -98,9 +114,10 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     ``bias`` (broadcastable to (B, heads, Nq, Nk)).
 
     On the CPU, the fused kernel runs in one call (it never builds the score matrix), also
-    for a bias that needs a gradient (:class:`BiasGradAttention`). Elsewhere the queries are
-    split into chunks of at most ``max_score_elements`` scores, which bounds the memory of
-    a math fallback; chunks are independent rows of the softmax, so the result is the same.
+    for a bias that needs a gradient (:class:`BiasGradAttention`); so on CUDA wherever a fused
+    kernel takes the inputs (:func:`fused_cuda_kernel_takes`). Elsewhere the queries are split
+    into chunks of at most ``max_score_elements`` scores, which bounds the memory of the math
+    fallback; chunks are independent rows of the softmax, so the result is the same.
 
     Under ``torch.export`` (ONNX export) it is one plain ``scaled_dot_product_attention``:
     the chunk sizes depend on the (symbolic) shapes and :class:`BiasGradAttention` serves
@@ -125,15 +142,32 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
             return BiasGradAttention.apply(q, k, v, bias, scale, backward_rows)
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, scale=scale)
     rows = max(1, max_score_elements // max(1, b * h * nk))
-    if nq <= rows:
+    if nq <= rows or fused_cuda_kernel_takes(q, k, v, bias, dropout_p):
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
+    return query_chunked_attention(q, k, v, scale, bias, dropout_p, rows)
+
+
+def query_chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                            bias: Optional[torch.Tensor], dropout_p: float,
+                            rows: int) -> torch.Tensor:
+    """``scaled_dot_product_attention`` over ``rows`` queries at a time, concatenated: the
+    same result (each query is its own softmax row), with at most ``rows`` rows of scores
+    held at once by a kernel that builds them. ``bias``: 4-D, broadcastable to (B, heads,
+    Nq, Nk); one of a single query row is shared by every chunk.
+
+    Example::
+
+        >>> q, k, v = (torch.randn(1, 2, 10, 8) for _ in range(3))
+        >>> query_chunked_attention(q, k, v, 0.35, None, 0.0, rows=4).shape
+        torch.Size([1, 2, 10, 8])
+    """
     if bias is not None and bias.dim() < 2:
         raise ValueError('attention bias must have a query and a key axis, got '
                          f'{tuple(bias.shape)}')
     outs = []
-    for start in range(0, nq, rows):
-        stop = min(start + rows, nq)
+    for start in range(0, q.shape[-2], rows):
+        stop = start + rows
         chunk_bias = None
         if bias is not None:
             chunk_bias = bias if bias.shape[-2] == 1 else bias[..., start:stop, :]
