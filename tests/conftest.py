@@ -7,7 +7,7 @@ import socket
 import pytest
 
 from cluster_runs import make_cluster_data
-from helpers import EXIT_PROBE_ENV, head_user_config, make_tiny_data, run_tool
+from helpers import EXIT_PROBE_ENV, WARM_TOOLS, head_user_config, make_tiny_data, run_tool
 
 # Iterations of each distributed run: DDP's bookkeeping breaks on the second one, so run more.
 DIST_ITERATIONS = 3
@@ -33,11 +33,11 @@ def pytest_xdist_make_scheduler(config, log):
     return ModuleGroupScheduling(config, log)
 
 
-# The modules that take longest (worker seconds in a full run, 2026-12-04: 599 down to 112)
+# The modules that take longest (worker seconds in a full run, 2026-12-04: 600 down to 112)
 # start first: a worker that drew one of them last would finish minutes after the other went
 # idle (longest first, as a scheduler of jobs of known length does). The rest keep their order.
-LONGEST_FIRST = ('test_benchmarks', 'test_slurm', 'test_distributed', 'test_detseg_tools',
-                 'test_head_configs', 'test_cluster_units', 'test_onnx_export',
+LONGEST_FIRST = ('test_every_model', 'test_benchmarks', 'test_slurm', 'test_distributed',
+                 'test_detseg_tools', 'test_cluster_units', 'test_onnx_export',
                  'test_cluster_training', 'test_python_api', 'test_resume', 'test_custom_data',
                  'test_demo', 'test_gpu_check', 'test_two_nodes_netns')
 
@@ -56,6 +56,14 @@ def pytest_configure(config):
         share = max(1, len(os.sched_getaffinity(0)) // workers)
         os.environ['OMP_NUM_THREADS'] = str(share)
         torch.set_num_threads(share)
+
+
+@pytest.fixture(scope='session', autouse=True)
+def _stop_warm_tools():
+    """The fork server of ``run_tool(..., warm=True)``, if a test started it, ends with the
+    session."""
+    yield
+    WARM_TOOLS.close()
 
 
 @pytest.fixture(scope='session')

@@ -4,8 +4,8 @@ what the tool printed: a wrong number printed, not only a missing one, fails the
 
 Example::
 
-    >>> coco_average_precision('preds.pkl', 'ann.json', ('square', 'circle'), 'bbox')
-    0.0123
+    >>> coco_average_precisions('preds.pkl', 'ann.json', ('square', 'circle'), 'bbox')
+    {'mAP': 0.0123, 'mAP_50': 0.0456, 'mAP_75': 0.0, 'mAP_s': -1.0, 'mAP_m': 0.0123, 'mAP_l': -1.0}
 """
 from __future__ import annotations
 
@@ -20,12 +20,17 @@ def _array(value) -> np.ndarray:
     return value.numpy() if hasattr(value, 'numpy') else np.asarray(value)
 
 
-def coco_average_precision(dump: str, ann_file: str, classes: Sequence[str],
-                           iou_type: str) -> float:
-    """COCO's AP at IoU 0.50:0.95 (``stats[0]``) of the dumped detections of every image of
-    ``ann_file``, for the categories named ``classes`` (label ``i`` is the ``i``-th of them in
-    the file's order, as MMDetection numbers them), with the detection limits MMDetection's
-    ``CocoMetric`` evaluates at (100, 300, 1000: ``stats[0]`` reads the last).
+# COCOeval's first six stats, under the names MMDetection's CocoMetric prints them with.
+AP_NAMES = ('mAP', 'mAP_50', 'mAP_75', 'mAP_s', 'mAP_m', 'mAP_l')
+
+
+def coco_average_precisions(dump: str, ann_file: str, classes: Sequence[str],
+                            iou_type: str) -> dict:
+    """COCO's APs (IoU 0.50:0.95, 0.50, 0.75; small, medium, large objects: ``stats[:6]``)
+    of the dumped detections of every image of ``ann_file``, for the categories named
+    ``classes`` (label ``i`` is the ``i``-th of them in the file's order, as MMDetection numbers
+    them), with the detection limits MMDetection's ``CocoMetric`` evaluates at (100, 300,
+    1000: the APs read the last).
 
     Args:
         dump (str): the ``--out`` file of ``tools/test.py`` (MMDetection's dump: boxes as
@@ -35,7 +40,7 @@ def coco_average_precision(dump: str, ann_file: str, classes: Sequence[str],
         iou_type (str): ``'bbox'`` or ``'segm'``.
 
     Returns:
-        float: the AP, in [0, 1].
+        dict: ``AP_NAMES`` -> AP in [0, 1], or -1.0 where no object of that size exists.
     """
     from pycocotools.coco import COCO
     from pycocotools.cocoeval import COCOeval
@@ -64,7 +69,7 @@ def coco_average_precision(dump: str, ann_file: str, classes: Sequence[str],
     evaluation.evaluate()
     evaluation.accumulate()
     evaluation.summarize()
-    return float(evaluation.stats[0])
+    return {name: float(value) for name, value in zip(AP_NAMES, evaluation.stats)}
 
 
 def mean_iou(dump: str, ann_dir: str, num_classes: int, reduce_zero_label: bool = True,

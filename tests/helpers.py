@@ -18,11 +18,13 @@ import os.path as osp
 import re
 import subprocess
 import sys
+import tempfile
 from typing import Optional, Union
 
 import torch
 from mmengine.config import Config
 from mmengine.registry import DefaultScope
+from warm_tools import WarmTools
 
 from cvt_mm.builders import (  # noqa: F401  (re-exported for the tests)
     TASKS,
@@ -280,6 +282,8 @@ def head_loss_keys(base: str) -> set:
     m2f = f"d{MASK2FORMER_LAYERS['decoder'] - 1}."
     if name.startswith('mask_rcnn'):
         return {'loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls', 'loss_bbox', 'loss_mask'}
+    if name.startswith('retinanet'):
+        return {'loss_cls', 'loss_bbox'}
     if name.startswith('upernet'):
         return {'decode.loss_ce', 'aux.loss_ce'}
     if name.startswith('cascade_mask_rcnn'):
@@ -460,12 +464,18 @@ def load_script(path: str):
     return module
 
 
+# One per pytest process (closed at the session's end by tests/conftest.py).
+WARM_TOOLS = WarmTools(ROOT)
+
+
 def run_tool(args, timeout: float = 300, env: Optional[dict] = None,
-             expect_success: bool = True, cwd: Optional[str] = None
+             expect_success: bool = True, cwd: Optional[str] = None, warm: bool = False
              ) -> subprocess.CompletedProcess:
     """Run ``tools/<args[0]>`` (python or bash) with ``args[1:]`` from ``cwd`` (default: the
     repository root); unless ``expect_success=False``, raise ``AssertionError`` with its
-    output when it fails."""
+    output when it fails. ``warm=True`` runs a python tool in a fork of a process that has
+    imported the stack already (tests/warm_tools.py: 9 s less a run; what that does not
+    cover is written there)."""
     full_env = dict(os.environ, **(env or {}))
     full_env['PYTHONPATH'] = ROOT + os.pathsep + full_env.get('PYTHONPATH', '')
     if args[0].endswith('.sh'):
@@ -473,8 +483,15 @@ def run_tool(args, timeout: float = 300, env: Optional[dict] = None,
         full_env.setdefault('PYTHON', sys.executable)
     else:
         command = [sys.executable, osp.join(TOOLS, args[0]), *args[1:]]
-    proc = subprocess.run(command, cwd=cwd or ROOT, env=full_env, capture_output=True,
-                          text=True, timeout=timeout)
+    if warm:
+        if args[0].endswith('.sh'):
+            raise ValueError(f'run_tool: warm=True runs python tools only, not {args[0]}')
+        with tempfile.TemporaryDirectory() as logs:
+            proc = WARM_TOOLS.run(command[1], command[2:], cwd or ROOT, full_env, timeout,
+                                  osp.join(logs, 'tool'))
+    else:
+        proc = subprocess.run(command, cwd=cwd or ROOT, env=full_env, capture_output=True,
+                              text=True, timeout=timeout)
     assert proc.returncode == 0 or not expect_success, (
         f'{" ".join(command)} failed ({proc.returncode}):\n'
         f'{proc.stdout[-4000:]}\n{proc.stderr[-6000:]}')

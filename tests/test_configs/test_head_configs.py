@@ -1,12 +1,10 @@
 """The Cascade Mask R-CNN, DINO, Mask2Former and Semantic FPN configs: every config's levels
 and strides are the ones its head is built for (CvT ends at stride 16, so some heads get
-synthetic levels: docs/detection_segmentation.md says which and why), and one config per head
-trains, evaluates, counts its FLOPs and exports its backbone through the repository's tools on
-tiny generated data."""
+synthetic levels: docs/detection_segmentation.md says which and why), and the 3x configs are
+their 1x models on the 3x recipe. Every model trains and evaluates through the tools in
+test_every_model.py."""
 import glob
-import math
 import os.path as osp
-import re
 
 import pytest
 import torch
@@ -14,16 +12,9 @@ from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
 
-from dumped_metrics import coco_average_precision, mean_iou
 from helpers import (
     CONFIGS,
-    SEG_CLASSES,
-    SHAPES,
-    head_loss_keys,
-    head_user_config,
-    load_tool,
     repo_config,
-    run_tool,
 )
 
 HEADS = ('cascade_mask_rcnn', 'dino', 'mask2former', 'sem_fpn')
@@ -165,69 +156,3 @@ def test_a_3x_config_is_its_1x_sibling_with_the_3x_schedule_and_multi_scale_crop
         ['RandomChoiceResize'], ['RandomChoiceResize', 'RandomCrop', 'RandomChoiceResize']]
     assert [s[0] for s in choice[0][0]['scales']] == list(range(480, 801, 32))
     assert three.test_dataloader.to_dict() == one.test_dataloader.to_dict()
-
-
-# One config per head, DINO's 5-scale model (every CvT stage into the encoder) beside its
-# 4-scale one and Cascade on CMT-S beside CvT-13, through tools/train.py, tools/test.py,
-# get_flops.py and extract_backbone.py: both backbones, every kind of level-making (FPN extra
-# convs, a max-pooled P6 on CMT's four stages, a ChannelMapper with two synthetic levels, one
-# synthetic level, none). The user configs narrow DINO and Mask2Former to test size
-# (helpers._DET_HEADS); head_loss_keys names the losses of the layers they keep.
-TOOL_RUNS = [
-    ('cascade_mask_rcnn_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
-    ('cascade_mask_rcnn_cmt_s_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
-    ('dino_4scale_cvt13_12e_coco.py', ('coco/bbox_mAP', )),
-    ('dino_5scale_cvt13_12e_coco.py', ('coco/bbox_mAP', )),
-    ('mask2former_cvt13_coco.py', ('coco/bbox_mAP', 'coco/segm_mAP')),
-    ('mask2former_cmt_s_ade20k.py', ('mIoU', )),
-    ('sem_fpn_cvt13_ade20k.py', ('mIoU', )),
-]
-
-
-@pytest.mark.slow
-@pytest.mark.parametrize('base, metrics', TOOL_RUNS,
-                         ids=[osp.splitext(r[0])[0] for r in TOOL_RUNS])
-def test_trains_evaluates_counts_and_exports_through_the_tools(base, metrics, tiny_data,
-                                                               tmp_path):
-    work = tmp_path / 'work'
-    config = head_user_config(str(tmp_path / 'user.py'), base, tiny_data, str(work))
-    train = run_tool(['train.py', config], timeout=900)
-    log = train.stdout + train.stderr
-    # Two iterations (4 images, batch 2; or max_iters=2), every loss finite.
-    assert re.search(r'\[2/2\]', log), log[-3000:]
-    for key in head_loss_keys(base) | {'loss'}:
-        values = re.findall(rf'\s{re.escape(key)}: (\S+)', log)
-        assert values and all(math.isfinite(float(v)) for v in values), key
-    checkpoint = str(next(p for p in (work / 'epoch_1.pth', work / 'iter_2.pth') if p.exists()))
-    dump = str(tmp_path / 'predictions.pkl')
-    test = run_tool(['test.py', config, checkpoint, '--work-dir', str(tmp_path / 'eval'),
-                     '--out', dump], timeout=600)
-    # Each printed metric equals the one recomputed from the dumped predictions by
-    # pycocotools or NumPy (tests/dumped_metrics.py), to the digits the toolbox prints.
-    for metric in metrics:
-        value = re.findall(rf'{re.escape(metric)}: (\S+)', test.stdout + test.stderr)
-        assert value, f'{metric} not printed:\n{(test.stdout + test.stderr)[-3000:]}'
-        if metric == 'mIoU':
-            expected = round(mean_iou(dump, osp.join(tiny_data, 'ade', 'annotations',
-                                                      'validation'), len(SEG_CLASSES)), 2)
-        else:
-            expected = round(coco_average_precision(
-                dump, osp.join(tiny_data, 'coco', 'annotations', 'instances_val2017.json'),
-                SHAPES, metric.split('/')[1].split('_')[0]), 3)
-        assert float(value[-1]) == pytest.approx(expected, abs=1e-9), metric
-
-    # The backbone of the trained detector/segmentor as a clean checkpoint...
-    exported = str(tmp_path / 'backbone.pth')
-    assert load_tool('model_converters/extract_backbone').main([checkpoint, exported]) in \
-        (0, None)
-    trained = torch.load(checkpoint, map_location='cpu', weights_only=False)['state_dict']
-    backbone = torch.load(exported, map_location='cpu', weights_only=True)['state_dict']
-    assert set(backbone) == {k[len('backbone.'):] for k in trained if k.startswith('backbone.')}
-    assert all(torch.equal(v, trained['backbone.' + k]) for k, v in backbone.items())
-
-    # ... and the FLOPs of the config's model, attention counted.
-    get_flops = load_tool('analysis_tools/get_flops')
-    from cvt_mm.flops import get_flops as count
-    r = count(config, (96, 96))
-    assert r['flops'] > r['backbone_flops'] > 0 and r['attention_flops'] > 0
-    assert get_flops.parse_args([config, '--shape', '96']).shape == [96, 96]

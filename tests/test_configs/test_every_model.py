@@ -1,0 +1,140 @@
+"""Every model under configs/ (head x backbone: Mask R-CNN, Cascade Mask R-CNN, RetinaNet, DINO
+4- and 5-scale, Mask2Former on COCO and ADE20K, UperNet, Semantic FPN, each on every backbone
+it is configured for) through the repository's tools on tiny generated data: two training
+iterations with tools/train.py, evaluation with tools/test.py, whose every printed metric
+equals the one recomputed from its dumped predictions (pycocotools, or the IoU of the saved
+masks: tests/dumped_metrics.py), the trained backbone extracted as a clean checkpoint, and
+the FLOPs of the model counted.
+
+The models train at their real widths on 64-96 px images. DINO and Mask2Former keep fewer
+layers, queries and sampled points, and Cascade fewer RoIs (tests/helpers.py,
+``DINO_LAYERS``; time, not memory: their published sizes cost minutes an iteration on two
+cores). Configs that change only the schedule, the pipeline or the optimizer of one of these
+models (``*_ms-3x``, ``*_layer-decay``) are not trained again: their model is asserted to be
+that one's (here and in test_head_configs.py), and what differs in test_head_configs.py and
+test_layer_decay.py.
+
+The tools run in forks of a process that has imported the stack (``run_tool(warm=True)``,
+tests/warm_tools.py); tests/test_tools/test_detseg_tools.py and the cluster tests start them
+afresh.
+"""
+import glob
+import math
+import os.path as osp
+import pickle
+import re
+
+import pytest
+import torch
+
+import cvt_mm  # noqa: F401
+
+from dumped_metrics import coco_average_precisions, mean_iou
+from helpers import (
+    CONFIGS,
+    SEG_CLASSES,
+    SHAPES,
+    head_loss_keys,
+    head_user_config,
+    load_tool,
+    repo_config,
+    run_tool,
+)
+
+pytestmark = pytest.mark.slow
+
+# Same model as the config without the suffix; only the schedule, pipeline or optimizer differ.
+VARIANT_SUFFIXES = ('_ms-3x', '_layer-decay')
+TASK_CONFIGS = sorted(osp.basename(p) for p in glob.glob(osp.join(CONFIGS, '*.py'))
+                      if not osp.basename(p).startswith('imagenet_'))
+MODELS = [name for name in TASK_CONFIGS if not any(s in name for s in VARIANT_SUFFIXES)]
+VARIANTS = sorted(set(TASK_CONFIGS) - set(MODELS))
+
+
+def metrics_of(name: str) -> tuple:
+    if name.endswith('_ade20k.py'):
+        return ('mIoU', )
+    if name.startswith(('retinanet', 'dino')):
+        return ('coco/bbox_mAP', )
+    return ('coco/bbox_mAP', 'coco/segm_mAP')
+
+
+def test_every_head_and_backbone_is_a_model_here():
+    """The list is the configs, not a choice: 34 models, every head on CvT and on CMT."""
+    heads = {re.sub(r'_(cvt\d+|cmt_[a-z]+)_.*', '', n) for n in MODELS}
+    assert heads == {'cascade_mask_rcnn', 'dino_4scale', 'dino_5scale', 'mask2former',
+                     'mask_rcnn', 'retinanet', 'sem_fpn', 'upernet'}
+    for head in heads:
+        names = [n for n in MODELS if n.startswith(head + '_')]
+        assert any('_cvt' in n for n in names) and any('_cmt' in n for n in names), head
+    assert len(MODELS) == 34 and len(VARIANTS) == 7
+
+
+@pytest.mark.parametrize('variant', VARIANTS)
+def test_a_variant_config_builds_the_model_it_varies(variant):
+    base = re.sub('|'.join(VARIANT_SUFFIXES), '', variant)
+    assert base in MODELS
+    assert repo_config(osp.join(CONFIGS, variant)).model.to_dict() == \
+        repo_config(osp.join(CONFIGS, base)).model.to_dict()
+
+
+@pytest.mark.parametrize('base', MODELS, ids=[osp.splitext(n)[0] for n in MODELS])
+def test_trains_evaluates_exports_and_counts_through_the_tools(base, tiny_data, tmp_path):
+    work = tmp_path / 'work'
+    config = head_user_config(str(tmp_path / f'user_{osp.splitext(base)[0]}.py'), base,
+                              tiny_data, str(work))
+    # Evaluation is tools/test.py's below; the run's own validation at its end would repeat it.
+    train = run_tool(['train.py', config, '--cfg-options', 'val_cfg=None', 'val_dataloader=None',
+                      'val_evaluator=None'], timeout=900, warm=True)
+    log = train.stdout + train.stderr
+    # Two iterations (4 images, batch 2; or max_iters=2), every loss of the head finite.
+    assert re.search(r'\[2/2\]', log) and not re.search(r'\[3/', log), log[-3000:]
+    for key in head_loss_keys(base) | {'loss'}:
+        values = re.findall(rf'\s{re.escape(key)}: (\S+)', log)
+        assert len(values) == 2 and all(math.isfinite(float(v)) for v in values), (key, values)
+    checkpoint = next(p for p in (work / 'epoch_1.pth', work / 'iter_2.pth') if p.exists())
+
+    dump = str(tmp_path / 'predictions.pkl')
+    # Two iterations from scratch leave RetinaNet's focal-loss scores near their 0.01 prior,
+    # under its 0.05 test threshold: without it there would be no box to evaluate.
+    options = ['--cfg-options', 'model.test_cfg.score_thr=0.0'] \
+        if base.startswith('retinanet') else []
+    test = run_tool(['test.py', config, str(checkpoint), '--work-dir', str(tmp_path / 'eval'),
+                     '--out', dump, *options], timeout=600, warm=True)
+    printed = test.stdout + test.stderr
+    with open(dump, 'rb') as f:
+        predictions = pickle.load(f)
+    assert len(predictions) == 2  # the two validation images
+    for metric in metrics_of(base):
+        if metric == 'mIoU':
+            expected = {'mIoU': round(mean_iou(dump, osp.join(tiny_data, 'ade', 'annotations',
+                                                              'validation'),
+                                               len(SEG_CLASSES)), 2)}
+        else:
+            assert sum(len(p['pred_instances']['scores']) for p in predictions), \
+                'no detection to evaluate'
+            kind = metric.split('/')[1].split('_')[0]
+            aps = coco_average_precisions(
+                dump, osp.join(tiny_data, 'coco', 'annotations', 'instances_val2017.json'),
+                SHAPES, kind)
+            # All six APs the toolbox prints: after two iterations the AP over IoU 0.50:0.95
+            # is often 0.0 on both sides, AP at IoU 0.5 less often.
+            expected = {f'coco/{kind}_{name}': round(value, 3) for name, value in aps.items()}
+        for name, value in expected.items():
+            shown = re.findall(rf'{re.escape(name)}: (\S+)', printed)
+            assert shown, f'{name} not printed:\n{printed[-3000:]}'
+            assert float(shown[-1]) == pytest.approx(value, abs=1e-9), (name, shown[-1], value)
+
+    # The trained backbone as a clean checkpoint...
+    exported = str(tmp_path / 'backbone.pth')
+    assert load_tool('model_converters/extract_backbone').main([str(checkpoint), exported]) \
+        in (0, None)
+    trained = torch.load(checkpoint, map_location='cpu', weights_only=False)['state_dict']
+    backbone = torch.load(exported, map_location='cpu', weights_only=True)['state_dict']
+    assert set(backbone) == {k[len('backbone.'):] for k in trained if k.startswith('backbone.')}
+    assert all(torch.equal(v, trained['backbone.' + k]) for k, v in backbone.items())
+
+    # ... and the FLOPs of the model, attention counted.
+    from cvt_mm.flops import get_flops
+    counted = get_flops(config, (96, 96))
+    assert counted['flops'] > counted['backbone_flops'] > counted['attention_flops'] > 0
