@@ -83,9 +83,10 @@ def test_trains_evaluates_exports_and_counts_through_the_tools(base, tiny_data, 
     work = tmp_path / 'work'
     config = head_user_config(str(tmp_path / f'user_{osp.splitext(base)[0]}.py'), base,
                               tiny_data, str(work))
-    # Evaluation is tools/test.py's below; the run's own validation at its end would repeat it.
-    train = run_tool(['train.py', config, '--cfg-options', 'val_cfg=None', 'val_dataloader=None',
-                      'val_evaluator=None'], timeout=900, warm=True)
+    # Seeded, so that a failure reproduces. Evaluation is tools/test.py's below; the run's own
+    # validation at its end would repeat it.
+    train = run_tool(['train.py', config, '--cfg-options', 'randomness.seed=0', 'val_cfg=None',
+                      'val_dataloader=None', 'val_evaluator=None'], timeout=900, warm=True)
     log = train.stdout + train.stderr
     # Two iterations (4 images, batch 2; or max_iters=2), every loss of the head finite.
     assert re.search(r'\[2/2\]', log) and not re.search(r'\[3/', log), log[-3000:]
