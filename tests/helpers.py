@@ -259,11 +259,10 @@ default_hooks = dict(logger=dict(interval=1),
 # Mask2Former pads every batch to its 1024 px crop unless told the user's size, and weighs
 # its 'no object' class in a list of num_classes + 1.
 #
-# DINO and Mask2Former are also narrowed to test size, for the tool runs
-# (tests/test_configs/test_head_configs.py) and the two-process runs (test_distributed.py)
-# alike: the same head, matching and losses, with fewer layers, queries and sampled points,
-# since their published sizes are for 1024 px images of 80+ classes and cost minutes a run on
-# 2 cores. DINO keeps two decoder layers (a refined box, an intermediate 'd0.' loss);
+# DINO and Mask2Former are also narrowed to test size for the runs that test something
+# other than the model (two-process training in test_distributed.py): the
+# same head, matching and losses, with fewer layers, queries and sampled points.
+# tests/test_configs/test_every_model.py gives them back their configured depths. DINO keeps two decoder layers (a refined box, an intermediate 'd0.' loss);
 # Mask2Former's decoder keeps one layer per attention level (its 9 are 3 rounds of the 3) and
 # samples as many mask points as its stride-4 mask has pixels (not 12544 of 1024 px).
 # Cascade R-CNN keeps its three stages, with half the proposals of the Mask R-CNN user config
@@ -274,12 +273,13 @@ DINO_LAYERS = dict(encoder=1, decoder=2)
 MASK2FORMER_LAYERS = dict(pixel_decoder=1, decoder=3)
 
 
-def head_loss_keys(base: str) -> set:
+def head_loss_keys(base: str, decoder_layers: Optional[int] = None) -> set:
     """The loss keys that training a user config of ``base`` (a config's file name) logs
     beyond ``loss``: each kind of loss of its head and, for DINO and Mask2Former, the last
-    intermediate decoder layer's (its ``d<i>.`` prefix depends on the layers kept above)."""
+    intermediate decoder layer's (its ``d<i>.`` prefix depends on the decoder layers:
+    ``decoder_layers``, by default the ones kept above)."""
     name = osp.basename(base)
-    m2f = f"d{MASK2FORMER_LAYERS['decoder'] - 1}."
+    m2f = f"d{(decoder_layers or MASK2FORMER_LAYERS['decoder']) - 1}."
     if name.startswith('mask_rcnn'):
         return {'loss_rpn_cls', 'loss_rpn_bbox', 'loss_cls', 'loss_bbox', 'loss_mask'}
     if name.startswith('retinanet'):
@@ -290,7 +290,7 @@ def head_loss_keys(base: str) -> set:
         return {'loss_rpn_cls', 's0.loss_cls', 's2.loss_bbox', 's2.loss_mask'}
     if name.startswith('dino'):
         return {'loss_cls', 'loss_bbox', 'loss_iou', 'dn_loss_cls', 'enc_loss_cls',
-                f"d{DINO_LAYERS['decoder'] - 2}.loss_cls"}
+                f"d{(decoder_layers or DINO_LAYERS['decoder']) - 2}.loss_cls"}
     if name.startswith('mask2former'):
         keys = {'loss_cls', 'loss_mask', 'loss_dice', m2f + 'loss_mask', m2f + 'loss_dice'}
         return keys if '_coco' in name else {'decode.' + k for k in keys}

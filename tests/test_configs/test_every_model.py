@@ -6,13 +6,15 @@ equals the one recomputed from its dumped predictions (pycocotools, or the IoU o
 masks: tests/dumped_metrics.py), the trained backbone extracted as a clean checkpoint, and
 the FLOPs of the model counted.
 
-The models train at their real widths on 64-96 px images. DINO and Mask2Former keep fewer
-layers, queries and sampled points, and Cascade fewer RoIs (tests/helpers.py,
-``DINO_LAYERS``; time, not memory: their published sizes cost minutes an iteration on two
-cores). Configs that change only the schedule, the pipeline or the optimizer of one of these
-models (``*_ms-3x``, ``*_layer-decay``) are not trained again: their model is asserted to be
-that one's (here and in test_head_configs.py), and what differs in test_head_configs.py and
-test_layer_decay.py.
+The models train at their real widths and depths on 64-96 px images (:func:`configured_depth`
+restores what tests/helpers.py's user configs narrow for the other tests' runs), with two
+reductions the small images call for: DINO keeps 30 of its 900 queries, because its two-stage
+query selection takes them from the encoder's tokens, 85 at 64 px over four levels (8x8 + 4x4 +
+2x2 + 1x1; 900 need images of about 256 px, which would more than double its runs); Cascade
+samples 16 RoIs an image, not 512, for three objects at most. Configs that change only the
+schedule, the pipeline or the optimizer of one of these models (``*_ms-3x``,
+``*_layer-decay``) are not trained again: their model is asserted to be that one's (here and
+in test_head_configs.py), and what differs in test_head_configs.py and test_layer_decay.py.
 
 The tools run in forks of a process that has imported the stack (``run_tool(warm=True)``,
 tests/warm_tools.py); tests/test_tools/test_detseg_tools.py and the cluster tests start them
@@ -51,6 +53,32 @@ MODELS = [name for name in TASK_CONFIGS if not any(s in name for s in VARIANT_SU
 VARIANTS = sorted(set(TASK_CONFIGS) - set(MODELS))
 
 
+def configured_depth(base: str) -> tuple:
+    """(``--cfg-options`` that give a user config of ``base`` its DINO or Mask2Former head's
+    configured layers, queries and sampled points, the decoder's layers); none for another
+    head."""
+    model = repo_config(osp.join(CONFIGS, base)).model
+    if base.startswith('dino'):
+        return [f'model.encoder.num_layers={model.encoder.num_layers}',
+                f'model.decoder.num_layers={model.decoder.num_layers}',
+                'model.dn_cfg.group_cfg.num_dn_queries='
+                f'{model.dn_cfg.group_cfg.num_dn_queries}'], model.decoder.num_layers
+    if base.startswith('mask2former'):
+        coco = 'panoptic_head' in model
+        head, key = (model.panoptic_head, 'model.panoptic_head') if coco else \
+            (model.decode_head, 'model.decode_head')
+        points = (model.train_cfg if coco else head.train_cfg).num_points
+        options = [f'{key}.num_queries={head.num_queries}',
+                   f'{key}.pixel_decoder.encoder.num_layers='
+                   f'{head.pixel_decoder.encoder.num_layers}',
+                   f'{key}.transformer_decoder.num_layers={head.transformer_decoder.num_layers}',
+                   f'{"model" if coco else key}.train_cfg.num_points={points}']
+        if coco:
+            options.append(f'model.test_cfg.max_per_image={model.test_cfg.max_per_image}')
+        return options, head.transformer_decoder.num_layers
+    return [], None
+
+
 def metrics_of(name: str) -> tuple:
     if name.endswith('_ade20k.py'):
         return ('mIoU', )
@@ -85,12 +113,14 @@ def test_trains_evaluates_exports_and_counts_through_the_tools(base, tiny_data, 
                               tiny_data, str(work))
     # Seeded, so that a failure reproduces. Evaluation is tools/test.py's below; the run's own
     # validation at its end would repeat it.
+    depth, decoder_layers = configured_depth(base)
     train = run_tool(['train.py', config, '--cfg-options', 'randomness.seed=0', 'val_cfg=None',
-                      'val_dataloader=None', 'val_evaluator=None'], timeout=900, warm=True)
+                      'val_dataloader=None', 'val_evaluator=None', *depth], timeout=900,
+                     warm=True)
     log = train.stdout + train.stderr
     # Two iterations (4 images, batch 2; or max_iters=2), every loss of the head finite.
     assert re.search(r'\[2/2\]', log) and not re.search(r'\[3/', log), log[-3000:]
-    for key in head_loss_keys(base) | {'loss'}:
+    for key in head_loss_keys(base, decoder_layers) | {'loss'}:
         values = re.findall(rf'\s{re.escape(key)}: (\S+)', log)
         assert len(values) == 2 and all(math.isfinite(float(v)) for v in values), (key, values)
     checkpoint = next(p for p in (work / 'epoch_1.pth', work / 'iter_2.pth') if p.exists())
@@ -98,8 +128,8 @@ def test_trains_evaluates_exports_and_counts_through_the_tools(base, tiny_data, 
     dump = str(tmp_path / 'predictions.pkl')
     # Two iterations from scratch leave RetinaNet's focal-loss scores near their 0.01 prior,
     # under its 0.05 test threshold: without it there would be no box to evaluate.
-    options = ['--cfg-options', 'model.test_cfg.score_thr=0.0'] \
-        if base.startswith('retinanet') else []
+    options = ['model.test_cfg.score_thr=0.0'] if base.startswith('retinanet') else depth
+    options = ['--cfg-options', *options] if options else []
     test = run_tool(['test.py', config, str(checkpoint), '--work-dir', str(tmp_path / 'eval'),
                      '--out', dump, *options], timeout=600, warm=True)
     printed = test.stdout + test.stderr
@@ -135,7 +165,12 @@ def test_trains_evaluates_exports_and_counts_through_the_tools(base, tiny_data, 
     assert set(backbone) == {k[len('backbone.'):] for k in trained if k.startswith('backbone.')}
     assert all(torch.equal(v, trained['backbone.' + k]) for k, v in backbone.items())
 
-    # ... and the FLOPs of the model, attention counted.
+    # ... and the FLOPs of the model trained, attention counted (get_flops.py's count, its
+    # command line parsed by the tool).
     from cvt_mm.flops import get_flops
-    counted = get_flops(config, (96, 96))
+    args = load_tool('analysis_tools/get_flops').parse_args(
+        [config, '--shape', '96', *(['--cfg-options', *depth] if depth else [])])
+    model_config = repo_config(args.config)
+    model_config.merge_from_dict(args.cfg_options or {})
+    counted = get_flops(model_config, args.shape)
     assert counted['flops'] > counted['backbone_flops'] > counted['attention_flops'] > 0
