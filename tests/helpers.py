@@ -260,9 +260,10 @@ default_hooks = dict(logger=dict(interval=1),
 # its 'no object' class in a list of num_classes + 1.
 #
 # DINO and Mask2Former are also narrowed to test size for the runs that test something
-# other than the model (two-process training in test_distributed.py): the
-# same head, matching and losses, with fewer layers, queries and sampled points.
-# tests/test_configs/test_every_model.py gives them back their configured depths. DINO keeps two decoder layers (a refined box, an intermediate 'd0.' loss);
+# other than the model (two-process training in test_distributed.py): the same head,
+# matching and losses, with fewer layers, queries and sampled points;
+# tests/test_configs/test_every_model.py gives them back their configured depths. DINO keeps
+# two decoder layers (a refined box, an intermediate 'd0.' loss);
 # Mask2Former's decoder keeps one layer per attention level (its 9 are 3 rounds of the 3) and
 # samples as many mask points as its stride-4 mask has pixels (not 12544 of 1024 px).
 # Cascade R-CNN keeps its three stages, with half the proposals of the Mask R-CNN user config
