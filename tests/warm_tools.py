@@ -24,10 +24,10 @@ from __future__ import annotations
 import json
 import os
 import os.path as osp
-import select
 import signal
 import subprocess
 import sys
+import time
 
 # Read once, when the server starts; a request that sets one needs a fresh interpreter.
 STARTUP_VARIABLES = ('PYTHONPATH', 'LD_PRELOAD', 'GLIBC_TUNABLES', 'MALLOC_', 'OMP_', 'MKL_')
@@ -53,16 +53,13 @@ class WarmTools:
         env['PYTHONPATH'] = os.pathsep.join(filter(None, (self.root, env.get('PYTHONPATH'))))
         self.server = subprocess.Popen([sys.executable, __file__], stdin=subprocess.PIPE,
                                        stdout=subprocess.PIPE, text=True, env=env)
-        ready = self._reply(timeout=300)
+        ready = self._reply()
         assert ready == {'ready': True}, ready
 
-    def _reply(self, timeout: float):
-        readable, _, _ = select.select([self.server.stdout], [], [], timeout)
-        if not readable:
-            return None
+    def _reply(self) -> dict:
         line = self.server.stdout.readline()
         if not line:
-            raise RuntimeError(f'warm_tools: the server ended (exit {self.server.poll()})')
+            raise RuntimeError(f'warm_tools: the server ended (exit {self.server.wait()})')
         return json.loads(line)
 
     def run(self, script: str, args: list, cwd: str, env: dict, timeout: float,
@@ -78,18 +75,14 @@ class WarmTools:
             self._start()
         out, err = log_prefix + '.stdout', log_prefix + '.stderr'
         request = dict(script=script, args=[str(a) for a in args], cwd=cwd, env=env,
-                       stdout=out, stderr=err)
+                       stdout=out, stderr=err, timeout=timeout)
         self.server.stdin.write(json.dumps(request) + '\n')
         self.server.stdin.flush()
-        pid = self._reply(timeout=60)['pid']
-        done = self._reply(timeout)
-        if done is None:
-            os.kill(pid, signal.SIGKILL)
-            self._reply(timeout=60)
+        done = self._reply()
         with open(out) as f_out, open(err) as f_err:
             stdout, stderr = f_out.read(), f_err.read()
         command = [sys.executable, script, *request['args']]
-        if done is None:
+        if done['timed_out']:
             raise subprocess.TimeoutExpired(command, timeout, stdout, stderr)
         return subprocess.CompletedProcess(command, done['exit'], stdout, stderr)
 
@@ -151,10 +144,19 @@ def _serve() -> None:
         pid = os.fork()
         if pid == 0:
             _child(request)
-        protocol.write(json.dumps({'pid': pid}) + '\n')
-        protocol.flush()
-        _, status = os.waitpid(pid, 0)
-        protocol.write(json.dumps({'exit': os.waitstatus_to_exitcode(status)}) + '\n')
+        # The server keeps the time: the client then waits for one reply, and a child past
+        # its limit is killed as subprocess.run(timeout=...) kills it.
+        deadline = time.monotonic() + request['timeout']
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done or time.monotonic() > deadline:
+                break
+            time.sleep(0.05)
+        if not done:
+            os.kill(pid, signal.SIGKILL)
+            _, status = os.waitpid(pid, 0)
+        protocol.write(json.dumps({'exit': os.waitstatus_to_exitcode(status),
+                                   'timed_out': not done}) + '\n')
         protocol.flush()
 
 
