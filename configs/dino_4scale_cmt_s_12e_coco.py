@@ -1,10 +1,13 @@
 # DINO (4 scales) with CMT-S on COCO detection, 12 epochs: MMDetection's
 # dino/dino-4scale_r50_8xb2-12e_coco.py with the CMT-S backbone (recipe as
 # dino_4scale_cvt13_12e_coco.py). Not yet trained here.
-_base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/backbones/cmt_s.py']
+_base_ = [
+    'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py',
+    './_base_/backbones/cmt_s.py',
+    './_base_/training_guards.py',
+]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
-train_cfg = dict(type='ResumableEpochBasedTrainLoop')  # resumable mid-epoch (the same module)
+train_cfg = dict(type='ResumableEpochBasedTrainLoop')  # resumable mid-epoch (cvt_mm.engine.runner)
 
 model = dict(
     # C3-C5 (strides 8-32) as R-50's; ChannelMapper adds stride 64 by a stride-2 conv.

@@ -2,10 +2,13 @@
 # dino/dino-4scale_r50_8xb2-12e_coco.py (model, multi-scale crop training, AdamW lr 1e-4 /
 # weight decay 1e-4, backbone at 0.1x the LR, gradients clipped at 0.1, LR x0.1 after epoch
 # 11, 16 images per iteration) with the CvT-13 backbone. Not yet trained here.
-_base_ = ['mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py', './_base_/backbones/cvt13.py']
+_base_ = [
+    'mmdet::dino/dino-4scale_r50_8xb2-12e_coco.py',
+    './_base_/backbones/cvt13.py',
+    './_base_/training_guards.py',
+]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
-train_cfg = dict(type='ResumableEpochBasedTrainLoop')  # resumable mid-epoch (the same module)
+train_cfg = dict(type='ResumableEpochBasedTrainLoop')  # resumable mid-epoch (cvt_mm.engine.runner)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our Mask R-CNN's (DINO's Swin-L keeps its 0.2

@@ -43,6 +43,7 @@ auto_scale_lr = dict(base_batch_size=1024)
 
 # timm's ModelEma (ema = decay * ema + (1 - decay) * model after every step, buffers
 # included); MMEngine's momentum is 1 - decay = 4e-5. EMAHook saves the averaged weights as the
-# checkpoint's state_dict, so what detectors load is the EMA model.
-custom_hooks = [dict(type='EMAHook', momentum=4e-5, update_buffers=True,
-                     priority='ABOVE_NORMAL')]
+# checkpoint's state_dict, so what detectors load is the EMA model. The training guards of the
+# recipe's base stay (_base_/training_guards.py).
+custom_hooks = [*_base_.training_guards,
+                dict(type='EMAHook', momentum=4e-5, update_buffers=True, priority='ABOVE_NORMAL')]

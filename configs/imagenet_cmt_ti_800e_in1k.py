@@ -43,5 +43,5 @@ param_scheduler = [
 train_cfg = dict(max_epochs=max_epochs)
 auto_scale_lr = dict(base_batch_size=2048)
 
-# --no-model-ema in the official command.
-custom_hooks = []
+# --no-model-ema in the official command: the training guards alone.
+custom_hooks = _base_.training_guards

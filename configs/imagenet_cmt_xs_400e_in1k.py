@@ -43,5 +43,5 @@ train_cfg = dict(max_epochs=max_epochs)
 auto_scale_lr = dict(base_batch_size=2048)
 
 # EMA decay 0.9998: MMEngine's momentum is 1 - decay.
-custom_hooks = [dict(type='EMAHook', momentum=2e-4, update_buffers=True,
-                     priority='ABOVE_NORMAL')]
+custom_hooks = [*_base_.training_guards,
+                dict(type='EMAHook', momentum=2e-4, update_buffers=True, priority='ABOVE_NORMAL')]

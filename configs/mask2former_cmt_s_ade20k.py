@@ -4,10 +4,10 @@
 _base_ = [
     'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
     './_base_/backbones/cmt_s.py',
+    './_base_/training_guards.py',
 ]
 custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
-runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
-train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (the same module)
+train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (cvt_mm.engine.runner)
 
 model = dict(
     backbone=dict(_base_.cmt_s_backbone, _delete_=True, out_indices=(0, 1, 2, 3)),

@@ -7,10 +7,10 @@
 _base_ = [
     'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
     './_base_/backbones/cvt13.py',
+    './_base_/training_guards.py',
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-runner_type = 'ExactResumeRunner'  # the training guards (cvt_mm.engine.runner)
-train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (the same module)
+train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (cvt_mm.engine.runner)
 
 model = dict(
     # Drop path 0.1 (_base_/backbones/cvt13.py), our UperNet's (Swin-T: 0.3 for both UperNet

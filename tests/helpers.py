@@ -409,7 +409,8 @@ def narrow_config(base: str, task: str, pace: float = 0.0) -> str:
     if pace > 0:
         text += ("custom_imports = dict(imports=['cvt_mm', 'paced_training'],\n"
                  "                      allow_failed_imports=False)\n"
-                 f"custom_hooks = [dict(type='PaceHook', seconds={pace}),\n"
+                 "custom_hooks = [*_base_.custom_hooks,  # the training guards\n"
+                 f"                dict(type='PaceHook', seconds={pace}),\n"
                  "                dict(type='IterationRecordHook')]\n")
     path = base[:-len('.py')] + '_narrow.py'
     with open(path, 'w') as f:

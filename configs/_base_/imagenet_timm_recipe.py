@@ -6,10 +6,9 @@ _base_ = [
     'mmpretrain::_base_/datasets/imagenet_bs64_swin_224.py',
     'mmpretrain::_base_/schedules/imagenet_bs1024_adamw_swin.py',
     'mmpretrain::_base_/default_runtime.py',
+    './training_guards.py',
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-# Exact resume and the other training guards under any launcher (cvt_mm.engine.runner).
-runner_type = 'ExactResumeRunner'
 # MMEngine's epoch loop, resumable mid-epoch, in place of MMPretrain's short form
 # (dict(by_epoch=True, ...)); the model configs set max_epochs.
 train_cfg = dict(_delete_=True, type='ResumableEpochBasedTrainLoop', max_epochs=300,

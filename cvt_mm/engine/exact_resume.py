@@ -20,7 +20,7 @@ train a mid-epoch checkpoint's epoch again from its start (or replay the batches
 * **the hook** that gathers both per rank into the checkpoint and gives them back; the loops
   that start the loader there are :mod:`cvt_mm.engine.runner`'s.
 
-Example (a config used with another runner than ``ExactResumeRunner``)::
+Example (a config not built on ours, used with another runner than ``ExactResumeRunner``)::
 
     custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
     train_cfg = dict(type='ResumableEpochBasedTrainLoop', max_epochs=12)

@@ -2,11 +2,13 @@
 trains, makes its loop resumable mid-epoch and adds the training hooks
 (:func:`add_training_guards`).
 
-Our configs name it (``runner_type = 'ExactResumeRunner'``: the schedule bases under
-``configs/_base_/schedules/``, the ImageNet recipe, and each config built on a whole toolbox
-config), so the guards come with the config under any launcher that builds the runner by
-``runner_type``: ``tools/train.py``, MMDetection's and MMSegmentation's ``tools/train.py``,
-``mim train``. A config naming another ``runner_type`` gets that runner as it is.
+Our configs name it and list the guards themselves (``configs/_base_/training_guards.py``,
+which the schedule bases, the ImageNet recipe and each config built on a whole toolbox config
+inherit), so a printed config shows what runs; the runner adds the guards a config leaves out
+(a user's ``custom_hooks`` replaces the base's list) and logs which. They come with the config
+under any launcher that builds the runner by ``runner_type``: ``tools/train.py``, MMDetection's
+and MMSegmentation's ``tools/train.py``, ``mim train``. A config naming another
+``runner_type`` gets that runner as it is.
 
 The loops: MMEngine's ``EpochBasedTrainLoop`` resumed from a checkpoint written mid-epoch
 trains that epoch again from its first batch, and its ``IterBasedTrainLoop`` replays every
@@ -153,7 +155,8 @@ class ResumableIterBasedTrainLoop(_ResumableLoop, IterBasedTrainLoop):
 RESUMABLE_LOOPS = {'EpochBasedTrainLoop': 'ResumableEpochBasedTrainLoop',
                    'IterBasedTrainLoop': 'ResumableIterBasedTrainLoop'}
 
-# Hooks every training run gets (a config that lists one keeps its own settings).
+# Hooks every training run gets (configs/_base_/training_guards.py lists them; a config that
+# lists one keeps its own settings).
 TRAINING_HOOKS = ('FiniteLossHook', 'ExactResumeHook', 'PreemptionHook', 'HeartbeatHook')
 
 
@@ -204,7 +207,8 @@ def add_training_guards(runner: Runner) -> None:
     for name in added:
         runner.register_hook(dict(type=name))
     if added:
-        runner.logger.info(f'Training guards added: {", ".join(added)}')
+        runner.logger.info(f'Training guards added (not in the config\'s custom_hooks): '
+                           f'{", ".join(added)}')
     for loader in (runner._val_dataloader, runner._test_dataloader):
         if isinstance(loader, dict):
             guard_dataloader_workers(loader)

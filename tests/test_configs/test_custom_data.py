@@ -90,7 +90,7 @@ def test_the_page_has_one_config_per_task_and_its_commands():
         (test, ) = [c for c in commands if c.startswith(f'python tools/test.py {name} ')]
         # The checkpoint the page evaluates is where the training command writes.
         assert test.split()[-1].startswith(f'work_dirs/{stem}/'), test
-        assert "custom_hooks = [dict(type='ClassesCheckHook')]" in text, name
+        assert "custom_hooks = [*_base_.custom_hooks, dict(type='ClassesCheckHook')]" in text, name
 
 
 # --------------------------------------------------------------------------------------------

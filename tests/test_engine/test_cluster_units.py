@@ -356,21 +356,26 @@ def test_a_restart_picks_the_newest_write_when_epoch_and_iteration_names_mix(tmp
 
 
 # ----------------------------------------------------------------------------- tools/train.py
-def test_every_training_config_names_the_runner_that_adds_the_training_guards():
+def test_every_training_config_names_the_runner_loop_and_hooks_that_run():
     """So that MMDetection's and MMSegmentation's own tools, and mim, train them as
-    tools/train.py does; and the loop that runs is the one the printed config shows."""
+    tools/train.py does; and the loop and the training hooks that run are the ones the
+    printed config shows (configs/_base_/training_guards.py)."""
     paths = sorted(glob.glob(os.path.join(ROOT, 'configs', '*.py'))
                    + glob.glob(os.path.join(ROOT, 'configs', 'demo', '*.py')))
-    missing, loops = [], {}
+    missing, loops, hooks = [], {}, {}
     for path in paths:
         cfg = repo_config(path)
         if not cfg.get('train_cfg'):
             continue
+        name = os.path.relpath(path, ROOT)
         if cfg.get('runner_type') != 'ExactResumeRunner':
-            missing.append(os.path.relpath(path, ROOT))
-        loops[os.path.relpath(path, ROOT)] = cfg.train_cfg.get('type')
+            missing.append(name)
+        loops[name] = cfg.train_cfg.get('type')
+        hooks[name] = [hook['type'] for hook in cfg.get('custom_hooks', [])]
     assert len(paths) > 40 and missing == []
     assert {k: v for k, v in loops.items() if v not in RESUMABLE_LOOPS.values()} == {}
+    assert {k: v for k, v in hooks.items() if v[:len(TRAINING_HOOKS)] != list(TRAINING_HOOKS)} \
+        == {}
 
 
 def test_unknown_signal_names_are_refused():
@@ -676,6 +681,43 @@ def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(t
     assert type(runner.train_loop) is ResumableEpochBasedTrainLoop
     assert runner._test_dataloader['worker_init_fn'] == dict(type='guard_data_worker',
                                                              seed=None)
+
+
+def test_the_preemption_hook_a_config_lists_answers_signals_when_training_only(tmp_path):
+    """Our configs list PreemptionHook, so tools/test.py's runner registers it too: there
+    nothing would answer a recorded SIGTERM, so the test run keeps the process's handlers (a
+    TERM stops it as usual); training installs the hook's."""
+    from mmengine.evaluator import BaseMetric
+
+    seen = {}
+
+    class HandlerAtTest(BaseMetric):
+        def process(self, data_batch, data_samples):
+            seen['test'] = signal.getsignal(signal.SIGTERM)
+
+        def compute_metrics(self, results):
+            return dict(handler_recorded=1.0)
+
+    class HandlerAtTrain(Hook):
+        def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+            seen['train'] = signal.getsignal(signal.SIGTERM)
+
+    loader = dict(dataset=ToyData(), batch_size=12, num_workers=0,
+                  sampler=dict(type='DefaultSampler', shuffle=False))
+    runner = ExactResumeRunner(
+        model=_toy_model(), work_dir=str(tmp_path), experiment_name=tmp_path.name,
+        train_dataloader=loader, test_dataloader=loader, test_cfg=dict(),
+        test_evaluator=[HandlerAtTest()], optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+        train_cfg=dict(type='ResumableEpochBasedTrainLoop', max_epochs=1),
+        custom_hooks=[dict(type='PreemptionHook'), HandlerAtTrain()],
+        randomness=dict(seed=0), default_scope='mmengine')
+    before = signal.getsignal(signal.SIGTERM)
+    runner.test()
+    assert seen['test'] is before
+    runner.train()
+    preemption = next(h for h in runner.hooks if isinstance(h, PreemptionHook))
+    assert seen['train'] == preemption._on_signal
+    assert signal.getsignal(signal.SIGTERM) is before  # given back after the run
 
 
 @pytest.mark.parametrize('loop, by_epoch, error', [

@@ -1,7 +1,8 @@
 # The AdamW 160k recipe of our ADE20K configs, as MMSegmentation's Swin UperNet: AdamW lr 6e-5,
 # weight decay 0.01, 1500-iteration linear warmup, then poly decay to 0 at 160k iterations,
 # 16 images per iteration (2 per GPU x 8 GPUs, see datasets/ade20k_bs2.py).
-_base_ = 'mmseg::_base_/schedules/schedule_160k.py'
+# The training guards come with it (../training_guards.py).
+_base_ = ['mmseg::_base_/schedules/schedule_160k.py', '../training_guards.py']
 
 optim_wrapper = dict(
     _delete_=True,
@@ -20,9 +21,5 @@ param_scheduler = [
     dict(type='PolyLR', eta_min=0.0, power=1.0, begin=1500, end=160000, by_epoch=False),
 ]
 auto_scale_lr = dict(enable=False, base_batch_size=16)
-
-# Exact resume, preemption checkpoints and the other training guards under any launcher that
-# builds the runner a config names (cvt_mm.engine.runner, docs/cluster.md).
-runner_type = 'ExactResumeRunner'
 # MMEngine's iteration loop, resumable without replaying the data (cvt_mm.engine.runner).
 train_cfg = dict(type='ResumableIterBasedTrainLoop')

@@ -3,7 +3,8 @@
 # linear warmup, LR x0.1 after epochs 8 and 11, 16 images per iteration (2 per GPU x 8 GPUs).
 # A delta on MMDetection's SGD 1x schedule (its train/val/test loops are kept); inherit it
 # beside the model, dataset and runtime bases in place of `mmdet::_base_/schedules/schedule_1x.py`.
-_base_ = 'mmdet::_base_/schedules/schedule_1x.py'
+# The training guards come with it (../training_guards.py).
+_base_ = ['mmdet::_base_/schedules/schedule_1x.py', '../training_guards.py']
 
 max_epochs = 12
 # MMEngine's epoch loop, resumable mid-epoch (cvt_mm.engine.runner).
@@ -27,7 +28,3 @@ optim_wrapper = dict(
         }))
 # 16 = 8 GPUs x 2 images; `tools/train.py --auto-scale-lr` rescales the LR for other setups.
 auto_scale_lr = dict(enable=False, base_batch_size=16)
-
-# Exact resume, preemption checkpoints and the other training guards under any launcher that
-# builds the runner a config names (cvt_mm.engine.runner, docs/cluster.md).
-runner_type = 'ExactResumeRunner'

@@ -3,7 +3,8 @@
 # 1e-4, weight decay 1e-4, 40k iterations of 16 images (2 per GPU x 8 GPUs, see
 # datasets/ade20k_bs2.py), poly decay with power 0.9. MMSegmentation's own Semantic FPN
 # recipe (SGD 0.01, 160k) is for ResNets.
-_base_ = 'mmseg::_base_/schedules/schedule_40k.py'
+# The training guards come with it (../training_guards.py).
+_base_ = ['mmseg::_base_/schedules/schedule_40k.py', '../training_guards.py']
 
 optim_wrapper = dict(
     _delete_=True,
@@ -21,9 +22,5 @@ param_scheduler = [
     dict(type='PolyLR', eta_min=0.0, power=0.9, begin=0, end=40000, by_epoch=False),
 ]
 auto_scale_lr = dict(enable=False, base_batch_size=16)
-
-# Exact resume, preemption checkpoints and the other training guards under any launcher that
-# builds the runner a config names (cvt_mm.engine.runner, docs/cluster.md).
-runner_type = 'ExactResumeRunner'
 # MMEngine's iteration loop, resumable without replaying the data (cvt_mm.engine.runner).
 train_cfg = dict(type='ResumableIterBasedTrainLoop')

@@ -1,7 +1,8 @@
 """Stopping training at the first non-finite loss, before it reaches the weights
-(:class:`FiniteLossHook`; ``tools/train.py`` adds it to every run).
+(:class:`FiniteLossHook`; every training config of ours lists it:
+configs/_base_/training_guards.py).
 
-Example (a config that runs with another launcher than ``tools/train.py``)::
+Example (a config not built on ours)::
 
     custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
     custom_hooks = [dict(type='FiniteLossHook')]

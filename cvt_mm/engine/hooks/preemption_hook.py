@@ -11,7 +11,8 @@
   :data:`STOPPED_EXIT_CODE` within ``agree_timeout`` seconds; a restart resumes from the last
   complete checkpoint.
 
-Example (a config used with another launcher than ``tools/train.py``)::
+Example (a config not built on ours, whose ``custom_hooks`` lists what
+configs/_base_/training_guards.py lists for ours)::
 
     custom_hooks = [dict(type='ExactResumeHook'), dict(type='PreemptionHook'),
                     dict(type='HeartbeatHook')]
@@ -30,6 +31,7 @@ import torch.distributed as torch_dist
 from mmengine.dist import get_dist_info
 from mmengine.hooks import CheckpointHook, Hook
 from mmengine.logging import print_log
+from mmengine.optim import BaseOptimWrapper
 from mmengine.registry import HOOKS
 
 from ..exact_resume import ExactResumeHook
@@ -131,7 +133,11 @@ class PreemptionHook(Hook):
 
     def before_run(self, runner) -> None:
         # Before the checkpoint is loaded and the data workers start: a signal from then on
-        # is answered at the first iteration boundary.
+        # is answered at the first iteration boundary. Only when training (``Runner.train``
+        # has built the optimizer wrapper by now): in a test run, where the config lists
+        # this hook too, nothing would answer, and SIGTERM must stop the process as usual.
+        if not isinstance(runner.optim_wrapper, BaseOptimWrapper):
+            return
         if threading.current_thread() is not threading.main_thread():
             return  # signal handlers can only be installed from the main thread
         for name in self.signals:
