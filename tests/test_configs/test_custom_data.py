@@ -253,10 +253,10 @@ def runs(project):
             name = page_configs()[scope][0]
             options = shrink_options(cfg, scope)
             train = run_tool(['train.py', name, '--cfg-options', *options], cwd=str(project),
-                             timeout=900)
+                             timeout=900, warm=True)
             checkpoint = project / 'work_dirs' / osp.splitext(name)[0] / CHECKPOINTS[scope]
             test = run_tool(['test.py', name, str(checkpoint), '--cfg-options', *options],
-                            cwd=str(project), timeout=600)
+                            cwd=str(project), timeout=600, warm=True)
             done[scope] = (str(project / name), cfg, checkpoint, train, test)
         return done[scope]
 
@@ -380,7 +380,7 @@ def test_a_forgotten_head_stops_training_with_the_pages_message(runs, project):
     config, cfg, _, _, _ = runs('mmdet')  # its data are written
     options = shrink_options(cfg, 'mmdet') + ['model.roi_head.mask_head.num_classes=80']
     proc = run_tool(['train.py', config, '--work-dir', str(project / 'forgotten'),
-                     '--cfg-options', *options], cwd=str(project), expect_success=False)
+                     '--cfg-options', *options], cwd=str(project), expect_success=False, warm=True)
     assert proc.returncode != 0
     for line in page_error_lines():
         assert line in proc.stderr, (line, proc.stderr[-3000:])
@@ -464,7 +464,8 @@ def test_a_val_set_without_the_classes_is_refused(runs, project):
     config, cfg, _, _, _ = runs('mmdet')
     options = shrink_options(cfg, 'mmdet') + ['val_dataloader.dataset.metainfo=None']
     proc = run_tool(['train.py', config, '--work-dir', str(project / 'no_val_classes'),
-                     '--cfg-options', *options], cwd=str(project), expect_success=False)
+                     '--cfg-options', *options], cwd=str(project), expect_success=False,
+                    warm=True)
     assert proc.returncode != 0
     assert re.search(r"the val dataset has the classes \('person', 'bicycle', .*\), the train "
                      r"dataset \('bolt', 'nut', 'washer'\): give both the same metainfo",
@@ -478,7 +479,7 @@ def test_a_test_set_without_the_classes_stops_testing(runs, project):
     options = shrink_options(cfg, 'mmdet') + ['test_dataloader.dataset.metainfo=None']
     proc = run_tool(['test.py', config, str(checkpoint), '--work-dir',
                      str(project / 'no_test_classes'), '--cfg-options', *options],
-                    cwd=str(project), expect_success=False)
+                    cwd=str(project), expect_success=False, warm=True)
     assert proc.returncode != 0
     assert ('model.roi_head.bbox_head.num_classes is 3 (Shared2FCBBoxHead), but the test '
             'dataset has 80 classes: give it the classes the model was trained with '

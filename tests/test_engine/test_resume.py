@@ -155,7 +155,7 @@ def test_a_killed_run_resumes_to_the_same_weights_bit_for_bit(killed_and_resumed
 def test_resume_without_checkpoints_says_so(tiny_data, tmp_path):
     config = narrow_config(seg_user_config(str(tmp_path / 'c.py'), osp.join(tiny_data, 'ade'),
                                            str(tmp_path / 'work'), max_iters=1), 'seg')
-    proc = run_tool(['train.py', config, '--resume'])
+    proc = run_tool(['train.py', config, '--resume'], warm=True)
     assert (f'--resume: no checkpoint to resume from in {tmp_path}/work; training starts at '
             'the beginning') in proc.stdout
     assert 'Auto resumed from the latest checkpoint None' not in proc.stdout + proc.stderr

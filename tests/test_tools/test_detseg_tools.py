@@ -38,8 +38,8 @@ def seg_run(tiny_data, tmp_path_factory):
     # The first process ends after iteration 2, as a killed job would after its checkpoint.
     stopped = narrow_config(seg_user_config(str(root / 'stopped.py'), data, str(work),
                                             max_iters=4), 'seg')
-    first = run_tool(['train.py', stopped, '--cfg-options', 'train_cfg.max_iters=2'])
-    resumed = run_tool(['train.py', stopped, '--resume'])
+    first = run_tool(['train.py', stopped, '--cfg-options', 'train_cfg.max_iters=2'], warm=True)
+    resumed = run_tool(['train.py', stopped, '--resume'], warm=True)
     return stopped, work, first, resumed
 
 
@@ -62,7 +62,8 @@ def det_eval(det_run, tmp_path_factory):
     config, checkpoint, _ = det_run
     root = tmp_path_factory.mktemp('det_eval')
     proc = run_tool(['test.py', config, str(checkpoint), '--work-dir', str(root / 'eval'),
-                     '--out', str(root / 'results.pkl'), '--show-dir', str(root / 'vis')])
+                     '--out', str(root / 'results.pkl'), '--show-dir', str(root / 'vis')],
+                    warm=True)
     return proc.stdout + proc.stderr, root / 'results.pkl', root / 'vis'
 
 
@@ -111,7 +112,7 @@ def test_dist_test_sh_evaluates_on_two_processes_as_on_one(det_run, det_eval, tm
 def test_test_py_segmentation_pictures(seg_run, tmp_path):
     config, work, _, _ = seg_run
     proc = run_tool(['test.py', config, str(work / 'iter_4.pth'), '--work-dir',
-                     str(tmp_path / 'eval'), '--show-dir', str(tmp_path / 'vis')])
+                     str(tmp_path / 'eval'), '--show-dir', str(tmp_path / 'vis')], warm=True)
     assert 'mIoU' in proc.stdout + proc.stderr
     assert len(glob.glob(str(tmp_path / 'vis' / '**' / '*.png'), recursive=True)) == 2
 
@@ -127,7 +128,8 @@ def test_image_demo_writes_a_picture(task, det_run, seg_run, tiny_data, tmp_path
         image = sorted(glob.glob(osp.join(tiny_data, 'ade', 'images', 'validation',
                                           '*.jpg')))[0]
     out = tmp_path / 'picture.jpg'
-    run_tool(['misc/image_demo.py', image, config, str(checkpoint), '--out-file', str(out)])
+    run_tool(['misc/image_demo.py', image, config, str(checkpoint), '--out-file', str(out)],
+             warm=True)
     from PIL import Image
     with Image.open(out) as picture:
         assert picture.size == Image.open(image).size
@@ -158,7 +160,7 @@ def misfits(det_run, tiny_data, tmp_path_factory):
         f.write("model = dict(roi_head=dict(bbox_head=dict(num_classes=5), "
                 "mask_head=dict(num_classes=5)))\n")
     backbone_only = str(root / 'backbone.pth')
-    run_tool(['model_converters/convert_weights.py', str(checkpoint), backbone_only])
+    run_tool(['model_converters/convert_weights.py', str(checkpoint), backbone_only], warm=True)
     return dict(config=config, checkpoint=str(checkpoint), five=five,
                 backbone_only=backbone_only, root=root)
 
@@ -172,7 +174,7 @@ def test_test_py_refuses_a_checkpoint_that_does_not_fit(misfits, case, message):
     config, checkpoint = ((misfits['five'], misfits['checkpoint']) if case == 'classes'
                           else (misfits['config'], misfits['backbone_only']))
     proc = run_tool(['test.py', config, checkpoint, '--work-dir', str(misfits['root'] / case)],
-                    expect_success=False)
+                    expect_success=False, warm=True)
     err = proc.stderr
     assert proc.returncode != 0 and re.search(message, err, re.S), err[-3000:]
     assert 'Nothing was evaluated; --allow-partial' in err
@@ -181,13 +183,13 @@ def test_test_py_refuses_a_checkpoint_that_does_not_fit(misfits, case, message):
 
 def test_test_py_allow_partial_evaluates_on_purpose(misfits):
     proc = run_tool(['test.py', misfits['config'], misfits['backbone_only'], '--allow-partial',
-                     '--work-dir', str(misfits['root'] / 'partial')])
+                     '--work-dir', str(misfits['root'] / 'partial')], warm=True)
     assert 'coco/bbox_mAP' in proc.stdout + proc.stderr
 
 
 def test_image_demo_refuses_a_checkpoint_that_does_not_fit(misfits, tiny_data, tmp_path):
     image = sorted(glob.glob(osp.join(tiny_data, 'coco', 'val2017', '*.jpg')))[0]
     proc = run_tool(['misc/image_demo.py', image, misfits['five'], misfits['checkpoint'],
-                     '--out-file', str(tmp_path / 'out.jpg')], expect_success=False)
+                     '--out-file', str(tmp_path / 'out.jpg')], expect_success=False, warm=True)
     assert proc.returncode != 0 and 'another number of classes' in proc.stderr
     assert 'Nothing was drawn' in proc.stderr and not (tmp_path / 'out.jpg').exists()
