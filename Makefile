@@ -16,12 +16,15 @@ demo: env
 # single-threaded parts (imports, tool start-up) fill the core the other worker leaves idle.
 TEST_WORKERS ?= 2
 
+# Under tools/misc/cpu_malloc.sh, as the launchers run training: glibc's malloc reuses large
+# freed blocks instead of page-faulting every large tensor afresh (docs/development.md, "Suite
+# time"). The tests of the default allocator unset its variables themselves.
 test: env
-	$(PY) -m pytest tests -n $(TEST_WORKERS) --durations=30
+	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests -n $(TEST_WORKERS) --durations=30
 
 # The unit tests only: no end-to-end training or tool runs (marked `slow`).
 test-fast: env
-	$(PY) -m pytest tests -n $(TEST_WORKERS) -m "not slow"
+	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests -n $(TEST_WORKERS) -m "not slow"
 
 # ruff (lint and import order), configured in pyproject.toml; installed by setup_env.sh.
 lint: env

@@ -371,6 +371,10 @@ _NARROW_MODEL = dict(det=f"""model = dict(
 PACE = 0.5
 PACED_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests'))
 
+# glibc's default allocator for a process started from the suite, which `make test` runs
+# under tools/misc/cpu_malloc.sh (for run_tool's env: None removes a variable).
+DEFAULT_MALLOC_ENV = dict(MALLOC_MMAP_MAX_=None, MALLOC_TRIM_THRESHOLD_=None)
+
 
 # Launched ranks report the gloo threads left at their exit (tests/exit_probe/sitecustomize.py).
 EXIT_PROBE_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests', 'exit_probe'))
@@ -475,10 +479,12 @@ def run_tool(args, timeout: float = 300, env: Optional[dict] = None,
              ) -> subprocess.CompletedProcess:
     """Run ``tools/<args[0]>`` (python or bash) with ``args[1:]`` from ``cwd`` (default: the
     repository root); unless ``expect_success=False``, raise ``AssertionError`` with its
-    output when it fails. ``warm=True`` runs a python tool in a fork of a process that has
+    output when it fails. ``env`` adds variables to this process's, or with a value of None
+    removes them. ``warm=True`` runs a python tool in a fork of a process that has
     imported the stack already (tests/warm_tools.py: 9 s less a run; what that does not
     cover is written there)."""
     full_env = dict(os.environ, **(env or {}))
+    full_env = {k: v for k, v in full_env.items() if v is not None}
     full_env['PYTHONPATH'] = ROOT + os.pathsep + full_env.get('PYTHONPATH', '')
     if args[0].endswith('.sh'):
         command = ['bash', osp.join(TOOLS, args[0]), *args[1:]]
