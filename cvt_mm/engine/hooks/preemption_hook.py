@@ -11,8 +11,8 @@
   :data:`STOPPED_EXIT_CODE` within ``agree_timeout`` seconds; a restart resumes from the last
   complete checkpoint.
 
-Example (a config not built on ours, whose ``custom_hooks`` lists what
-configs/_base_/training_guards.py lists for ours)::
+Example (a config not built on ours; configs/_base_/training_guards.py lists these and
+``FiniteLossHook`` for ours)::
 
     custom_hooks = [dict(type='ExactResumeHook'), dict(type='PreemptionHook'),
                     dict(type='HeartbeatHook')]
