@@ -681,6 +681,9 @@ def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(t
     assert type(runner.train_loop) is ResumableEpochBasedTrainLoop
     assert runner._test_dataloader['worker_init_fn'] == dict(type='guard_data_worker',
                                                              seed=None)
+    log = ''.join(p.read_text() for p in tmp_path.rglob('*.log'))
+    assert "Training guards added (not in the config's custom_hooks): FiniteLossHook, " \
+        'ExactResumeHook, HeartbeatHook' in log
 
 
 def test_the_preemption_hook_a_config_lists_answers_signals_when_training_only(tmp_path):
