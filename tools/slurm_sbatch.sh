@@ -22,21 +22,29 @@ PREEMPTED=75  # cvt_mm.engine.PREEMPTED_EXIT_CODE
 # signals this shell, and `scancel --full` this shell's process group. srun answers SIGTERM by
 # killing its tasks (SIGKILL), so it runs in a process group of its own (setsid: a background
 # child of a script leads no group, so setsid neither forks nor changes $!) and this shell
-# passes each signal on to the tasks of every step with scancel, not through srun.
+# passes each signal on to the tasks of every step with scancel, not through srun. Without
+# scancel on PATH, SIGUSR1 goes to srun, which forwards it to its tasks (they stop on either).
 relay() {
-    echo "slurm_sbatch: SIG$1, passed on to the tasks"
-    scancel --signal="$1" "$SLURM_JOB_ID"
+    relayed=1
+    if command -v scancel >/dev/null; then
+        echo "slurm_sbatch: SIG$1, passed on to the tasks"
+        scancel --signal="$1" "$SLURM_JOB_ID"
+    else
+        echo "slurm_sbatch: SIG$1, no scancel on PATH: passed on to the tasks as SIGUSR1 by srun"
+        [ -z "$step" ] || kill -s USR1 "$step"
+    fi
 }
+step= relayed=
 trap 'relay TERM' TERM
 trap 'relay USR1' USR1
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" setsid srun --kill-on-bad-exit=1 \
     "$PYTHON" -u "$ROOT/tools/train.py" "$CONFIG" --work-dir="$WORK_DIR" --launcher=slurm \
     "${@:3}" &
 step=$!
-wait "$step"
-status=$?
-# `wait` returns early (> 128) when this shell is signalled; wait again for srun itself.
-while [ "$status" -gt 128 ] && kill -0 "$step" 2>/dev/null; do wait "$step"; status=$?; done
+# `wait` returns early (> 128) when a trap has run; srun may also end while the trap runs
+# (bash then keeps its status for the next `wait`). So wait until a wait ends with no relay
+# during it: srun's own exit status.
+while relayed=; wait "$step"; status=$?; [ "$status" -gt 128 ] && [ -n "$relayed" ]; do :; done
 if [ "$status" -eq "$PREEMPTED" ]; then
     echo "slurm_sbatch: the tasks checkpointed and stopped; requeueing job $SLURM_JOB_ID"
     scontrol requeue "$SLURM_JOB_ID"

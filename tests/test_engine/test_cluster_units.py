@@ -310,6 +310,85 @@ def test_the_torch_environment_of_a_slurm_task():
         slurm_environment(dict(SLURM_NODELIST='x'))
 
 
+# ------------------------------------------------------- tools/slurm_sbatch.sh's relay and wait
+SBATCH_SCRIPT = os.path.join(ROOT, 'tools', 'slurm_sbatch.sh')
+# Stand-ins for slurm's commands (slurm's own are tested in test_slurm.py): each records its
+# call in `calls`; srun marks when it has started and when it exits.
+FAKE_SRUN_EXITS = '\n'.join([
+    ': > "$DIR/started"', '"$SLEEP" 1', ': > "$DIR/exiting"', 'exit "$SRUN_EXIT"'])
+FAKE_SRUN_STOPS_ON_USR1 = '\n'.join([
+    """trap 'echo "srun: SIGUSR1, forwarded to the tasks" >> "$DIR/calls"; exit 75' USR1""",
+    'echo $$ > "$DIR/started"', 'while :; do "$SLEEP" 0.05; done'])
+SLOW_SCANCEL = '\n'.join([  # answers once srun has exited during it
+    'echo "scancel $*" >> "$DIR/calls"',
+    'until [ -e "$DIR/exiting" ]; do "$SLEEP" 0.05; done', '"$SLEEP" 0.5'])
+
+
+def _run_batch_script(tmp_path, srun, scancel=None, signal_=None, srun_exit=75):
+    """tools/slurm_sbatch.sh as sbatch runs it, with PATH holding only setsid and the
+    stand-ins for srun, scontrol and (unless None) scancel; ``signal_`` is sent to the
+    script once srun has started. Returns (exit status, output, the calls made)."""
+    import shutil
+    bin_dir = tmp_path / 'bin'
+    bin_dir.mkdir()
+    os.symlink(shutil.which('setsid'), bin_dir / 'setsid')
+    stand_ins = {'srun': srun, 'scontrol': 'echo "scontrol $*" >> "$DIR/calls"',
+                 'scancel': scancel}
+    for name, body in stand_ins.items():
+        if body is not None:
+            (bin_dir / name).write_text(f'#!{shutil.which("bash")}\n{body}\n')
+            (bin_dir / name).chmod(0o755)
+    env = dict(PATH=str(bin_dir), DIR=str(tmp_path), SLEEP=shutil.which('sleep'),
+               SRUN_EXIT=str(srun_exit), SLURM_JOB_ID='42', SLURM_SUBMIT_DIR=ROOT)
+    proc = subprocess.Popen([shutil.which('bash'), SBATCH_SCRIPT, 'config.py', 'work'],
+                            env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.time() + 30
+        while not (tmp_path / 'started').exists() and proc.poll() is None:
+            assert time.time() < deadline, 'the stand-in srun did not start'
+            time.sleep(0.02)
+        if signal_ is not None:
+            proc.send_signal(signal_)
+        output, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+        started = tmp_path / 'started'
+        pid = started.read_text().strip() if started.exists() else ''
+        if pid:  # the stand-in srun runs in a session of its own
+            subprocess.run(['kill', '-9', pid], capture_output=True)
+    calls = (tmp_path / 'calls').read_text().splitlines() if (tmp_path / 'calls').exists() \
+        else []
+    return proc.returncode, output, calls
+
+
+def test_the_batch_script_requeues_when_srun_ends_while_its_relay_runs(tmp_path):
+    """srun exits with 75 (the tasks checkpointed on their own signal) while the trap's
+    scancel still runs: bash reaps srun during the trap, and the script must still take
+    srun's status and requeue, not end with the trap's 138."""
+    status, output, calls = _run_batch_script(tmp_path, FAKE_SRUN_EXITS, SLOW_SCANCEL,
+                                              signal.SIGUSR1)
+    assert (status, calls) == (75, ['scancel --signal=USR1 42', 'scontrol requeue 42']), output
+    assert 'requeueing job 42' in output
+
+
+def test_the_batch_script_takes_sruns_own_status_above_128(tmp_path):
+    """No signal, srun itself killed (137): the script ends with it and does not requeue."""
+    status, output, calls = _run_batch_script(tmp_path, FAKE_SRUN_EXITS, srun_exit=137)
+    assert (status, calls) == (137, []), output
+
+
+def test_without_scancel_the_batch_script_stops_the_tasks_through_srun(tmp_path):
+    """No scancel on PATH: a SIGTERM to the batch shell goes to srun as SIGUSR1, which srun
+    forwards to its tasks (test_slurm.py checks that with slurm's srun)."""
+    status, output, calls = _run_batch_script(tmp_path, FAKE_SRUN_STOPS_ON_USR1,
+                                              signal_=signal.SIGTERM)
+    assert (status, calls) == (75, ['srun: SIGUSR1, forwarded to the tasks',
+                                    'scontrol requeue 42']), output
+    assert 'slurm_sbatch: SIGTERM, no scancel on PATH: passed on to the tasks as SIGUSR1 by ' \
+           'srun' in output
+
+
 # ----------------------------------------------------------------------------- restarts
 def test_restarts_are_told_by_torchrun_and_slurm_together(monkeypatch):
     for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'):

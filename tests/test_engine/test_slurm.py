@@ -222,6 +222,74 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes_identically(
     drop_checkpoints(work)
 
 
+def _path_with_a_slow_scancel(env, folder) -> str:
+    """PATH with a ``scancel`` in front of slurm's that calls slurm's, then returns only once
+    the batch shell's srun (its parent's child) has ended: a relay that outlasts srun, as a
+    scancel waiting for a busy slurmctld's answer can."""
+    import shutil
+    folder.mkdir()
+    (folder / 'scancel').write_text(f"""#!{shutil.which('bash')}
+{shutil.which('scancel', path=env['PATH'])} "$@"
+for _ in $(seq 1200); do
+    pgrep -x srun -P $PPID >/dev/null ||
+        exec echo "slow scancel: srun of the batch shell ended before this relay returned"
+    sleep 0.1
+done
+""")
+    (folder / 'scancel').chmod(0o755)
+    return f'{folder}{os.pathsep}{env["PATH"]}'
+
+
+def _path_without_scancel(env, folder) -> str:
+    """PATH with each folder that holds ``scancel`` replaced by links to all else in it."""
+    folders = []
+    for i, path in enumerate(env['PATH'].split(os.pathsep)):
+        if osp.exists(osp.join(path, 'scancel')):
+            copy = folder / str(i)
+            copy.mkdir(parents=True)
+            for name in os.listdir(path):
+                if name != 'scancel':
+                    os.symlink(osp.join(path, name), copy / name)
+            path = str(copy)
+        folders.append(path)
+    return os.pathsep.join(folders)
+
+
+# The relay at its limits: its scancel returns only after the tasks it signalled have
+# stopped and srun has exited, and no scancel at all (the relay has to reach the tasks
+# through srun, which forwards SIGUSR1 to them). (PATH of the job, the test's scancel
+# options, the tasks' signal, the relay's line.)
+RELAYS = {
+    'srun ends during a slow relay': (
+        _path_with_a_slow_scancel, ['--full', '--signal=TERM'], 'SIGTERM',
+        'slow scancel: srun of the batch shell ended before this relay returned'),
+    'no scancel on PATH': (
+        _path_without_scancel, ['--batch', '--signal=TERM'], 'SIGUSR1',
+        'slurm_sbatch: SIGTERM, no scancel on PATH: passed on to the tasks as SIGUSR1 by srun'),
+}
+
+
+@pytest.mark.parametrize('relay', list(RELAYS))
+def test_a_relayed_stop_requeues_and_resumes_identically_whatever_the_relay_meets(
+        slurm, sbatch_reference, relay):
+    """The batch shell's relay meets a slow scancel (srun exits with 75 before it returns,
+    and bash reaps srun during the trap) or none on PATH; the job is requeued all the same
+    and resumes from the checkpoint with the weights of the uninterrupted job."""
+    make_path, scancel_options, signal_name, relayed = RELAYS[relay]
+    root, config, reference = sbatch_reference
+    name = relay.replace(' ', '_')
+    work, log = root / name, root / f'{name}.log'
+    env = dict(slurm, PATH=make_path(slurm, root / f'{name}_bin'))
+    job = _sbatch(env, log, '--ntasks=2', '--requeue', SBATCH_SCRIPT, config, str(work))
+    _wait_checkpoint(slurm, job, work, 'iter_4.pth', log)
+    _slurm(slurm, 'scancel', *scancel_options, job)
+    text = _requeued_run(slurm, job, log)
+    assert relayed in text.split('requeueing job', 1)[0], text[-4000:]
+    assert _assert_stopped_and_resumed(text, work, job, signal_name) == 5
+    assert_same_weights(reference, work / 'iter_6.pth')
+    drop_checkpoints(work)
+
+
 def test_a_preempted_job_checkpoints_in_its_grace_time_and_resumes_identically(
         slurm, sbatch_reference):
     """A job of the `urgent` partition (higher priority tier) needs a CPU the training job
