@@ -486,3 +486,149 @@ def test_a_test_set_without_the_classes_stops_testing(runs, project):
             '(metainfo=dict(classes=...)), or set model.roi_head.bbox_head.num_classes=80'
             in proc.stderr), proc.stderr[-3000:]
     assert 'coco/bbox_mAP' not in proc.stdout + proc.stderr
+
+
+# --------------------------------------------------------------------------------------------
+# Label values that are no class: one error naming the file, the values and the classes
+# --------------------------------------------------------------------------------------------
+# The page's segmentation config on another head, as its "Other heads" section says: the base
+# and the heads that classify change, the data settings stay.
+OTHER_HEADS = {
+    'upernet': None,
+    'mask2former': ('configs/mask2former_cvt13_ade20k.py', (
+        'model = dict(backbone=dict(norm_eval=True), decode_head=dict(num_classes=num_classes,\n'
+        '    loss_cls=dict(class_weight=[1.0] * num_classes + [0.1])))\n')),
+    'sem_fpn': ('configs/sem_fpn_cvt13_ade20k.py', (
+        'model = dict(backbone=dict(norm_eval=True),\n'
+        '             decode_head=dict(num_classes=num_classes))\n')),
+}
+
+
+def page_seg_config_on(project, head: str) -> str:
+    """The page's segmentation config, or that config on another head, in the project."""
+    name, text = page_configs()['mmseg']
+    if OTHER_HEADS[head] is None:
+        return name
+    base, model = OTHER_HEADS[head]
+    text = text.replace(f"_base_ = '{BASES['mmseg']}'", f"_base_ = '{base}'")
+    text, replaced = re.subn(r'model = dict\(\n.*?\)\)\n', model, text, count=1, flags=re.S)
+    assert replaced == 1 and base in text
+    name = name.replace('upernet', head)
+    (project / name).write_text(text)
+    return name
+
+
+def page_stray_label_lines() -> list:
+    """The lines of the page's example error for a label value that is no class."""
+    with open(DOC) as f:
+        (block, ) = [body for language, body in fenced_blocks(f.read())
+                     if 'neither a class index nor the ignore index' in body]
+    return block.splitlines()
+
+
+@pytest.fixture(scope='module')
+def stray_seg_data(runs, project):
+    """The page's segmentation data copied to ``data/parts_seg_stray/``, with the value 9
+    where the background (0) was in one train and one val label map: (data root, {split:
+    that file's path as the dataset names it})."""
+    _, cfg, _, _, _ = runs('mmseg')  # its data are written
+    root, stray = cfg.train_dataloader.dataset.data_root.rstrip('/') + '_stray/', {}
+    shutil.copytree(project / cfg.train_dataloader.dataset.data_root, project / root)
+    for split, loader in (('train', cfg.train_dataloader), ('val', cfg.val_dataloader)):
+        path = sorted(glob.glob(str(project / root / loader.dataset.data_prefix.seg_map_path
+                                    / '*.png')))[1]
+        label = np.array(Image.open(path))
+        assert (label == 0).any()
+        label[label == 0] = 9
+        Image.fromarray(label).save(path)
+        stray[split] = osp.relpath(path, project)
+    return root, stray
+
+
+def stray_options(cfg, root) -> list:
+    return shrink_options(cfg, 'mmseg') + [
+        f'{loader}.dataset.data_root={root}'
+        for loader in ('train_dataloader', 'val_dataloader', 'test_dataloader')]
+
+
+@pytest.mark.parametrize('head', list(OTHER_HEADS))
+def test_a_label_value_that_is_no_class_stops_training_with_one_error(
+        runs, project, stray_seg_data, head):
+    """4 classes, and a label map that holds 9 (neither a class index nor the ignore index
+    255): tools/train.py stops at the first batch that holds it, before the model sees it,
+    with one error naming the file, the value, the classes, the ignore index and the fixes.
+    The batch holds every train image: not one iteration runs."""
+    _, cfg, _, _, _ = runs('mmseg')
+    root, stray = stray_seg_data
+    name = page_seg_config_on(project, head)
+    work = project / f'stray_{head}'
+    proc = run_tool(['train.py', name, '--work-dir', str(work), '--cfg-options',
+                     *stray_options(cfg, root), 'train_dataloader.batch_size=4'],
+                    cwd=str(project), expect_success=False, warm=True)
+    assert proc.returncode != 0
+    errors = [line for line in proc.stderr.splitlines() if line.startswith('ValueError: ')]
+    assert len(errors) == 1, proc.stderr[-3000:]
+    (error, ) = errors
+    assert error == ('ValueError: label values that are neither a class index nor the '
+                     'ignore index, in the train data:'), proc.stderr[-3000:]
+    # The file and its value, then the page's example from its third line on: the classes,
+    # the ignore index and the ways out.
+    assert f'\n  {stray["train"]}: 9\n' in proc.stderr, proc.stderr[-3000:]
+    for line in page_stray_label_lines()[2:]:
+        assert line in proc.stderr, (line, proc.stderr[-3000:])
+    assert 'Iter(train)' not in proc.stdout + proc.stderr  # not one iteration ran
+    assert not glob.glob(str(work / '*.pth'))
+
+
+@pytest.mark.parametrize('split', ['val', 'test'])
+def test_a_label_value_that_is_no_class_stops_validation_and_testing(
+        runs, project, stray_seg_data, split):
+    """IoUMetric would count the value in no class and print an mIoU: validation during
+    training (on clean train data) and tools/test.py stop at the image instead, with the same
+    error."""
+    _, cfg, checkpoint, _, _ = runs('mmseg')
+    root, stray = stray_seg_data
+    name, work = page_configs()['mmseg'][0], str(project / f'stray_{split}')
+    options = stray_options(cfg, root)
+    if split == 'val':
+        options.append(f'train_dataloader.dataset.data_root={cfg.train_dataloader.dataset.data_root}')
+        args = ['train.py', name, '--work-dir', work, '--cfg-options', *options]
+    else:
+        args = ['test.py', name, str(checkpoint), '--work-dir', work, '--cfg-options', *options]
+    proc = run_tool(args, cwd=str(project), expect_success=False, warm=True)
+    assert proc.returncode != 0
+    assert ('ValueError: label values that are neither a class index nor the ignore index, in '
+            f'the {split} data:\n  {stray["val"]}: 9\n') in proc.stderr, proc.stderr[-3000:]
+    assert not re.search(r'mIoU: [\d.]+', proc.stdout + proc.stderr)  # no metric printed
+
+
+def test_the_label_map_way_out_maps_the_stray_value_to_the_ignore_index(
+        runs, project, stray_seg_data):
+    """The fix the error names for values of another numbering: a dataset type whose METAINFO
+    names every value of the files, with the page's classes as ``metainfo``. MMSegmentation's
+    LoadAnnotations then maps 9 to 255, and the check lets the batch through."""
+    _, cfg, _, _, _ = runs('mmseg')
+    root, stray = stray_seg_data[0], stray_seg_data[1]['train']
+    from mmseg.datasets import BaseSegDataset
+    from mmseg.datasets.transforms import LoadAnnotations, PackSegInputs
+
+    from cvt_mm.engine.hooks.classes_check_hook import stray_labels
+
+    classes = page_classes(cfg)
+
+    class TenValues(BaseSegDataset):
+        METAINFO = dict(classes=classes + tuple(f'value {v}' for v in range(4, 10)))
+
+    dataset = cfg.train_dataloader.dataset
+    samples = {}
+    for kind, dataset_type in (('as is', BaseSegDataset), ('mapped', TenValues)):
+        built = dataset_type(
+            data_root=str(project / root), data_prefix=dict(dataset.data_prefix),
+            img_suffix=dataset.img_suffix, seg_map_suffix=dataset.seg_map_suffix,
+            metainfo=dict(classes=classes), pipeline=[LoadAnnotations(), PackSegInputs()])
+        samples[kind] = [built[i]['data_samples'] for i in range(len(built))]
+    problem = stray_labels(samples['as is'], classes, 255, 'train')
+    assert f'{osp.basename(stray)}: 9' in problem
+    assert stray_labels(samples['mapped'], classes, 255, 'train') == ''
+    (mapped, ) = [s for s in samples['mapped'] if s.seg_map_path.endswith(osp.basename(stray))]
+    assert 255 in mapped.gt_sem_seg.data and 9 not in mapped.gt_sem_seg.data

@@ -1,5 +1,6 @@
-"""Stopping at the start when the model and the data disagree on the classes
-(:class:`ClassesCheckHook`, opt-in; the configs of docs/custom_data.md enable it).
+"""Stopping at the start when the model and the data disagree on the classes, and at the
+first batch whose label maps hold a value that is no class (:class:`ClassesCheckHook`,
+opt-in; the configs of docs/custom_data.md enable it).
 
 Example::
 
@@ -11,7 +12,8 @@ from __future__ import annotations
 from mmengine.hooks import Hook
 from mmengine.registry import HOOKS
 
-__all__ = ['ClassesCheckHook', 'classifying_heads', 'head_problems', 'data_problems']
+__all__ = ['ClassesCheckHook', 'classifying_heads', 'head_problems', 'data_problems',
+           'stray_labels']
 
 
 # --------------------------------------------------------------------------------------------
@@ -135,6 +137,40 @@ def data_problems(dataset, split: str) -> list:
     return problems
 
 
+def stray_labels(data_samples, classes: tuple, ignore_index: int, split: str) -> str:
+    """What to do about the label maps of a batch (MMSegmentation's ``SegDataSample``) that
+    hold values that are neither a class index nor ``ignore_index``; '' when none does.
+    Such a value stops the loss (``IndexError: Target 9 is out of bounds``, naming no file)
+    and is counted in no class by ``IoUMetric``."""
+    found = []
+    for sample in data_samples:
+        labels = sample.gt_sem_seg.data if 'gt_sem_seg' in sample else None
+        if labels is not None and (labels >= len(classes)).any():
+            values = labels[(labels >= len(classes)) & (labels != ignore_index)].unique()
+            if len(values):
+                found.append(f'  {sample.metainfo.get("seg_map_path")}: '
+                             + ', '.join(map(str, values.tolist()))
+                             + (' (after reduce_zero_label: the value in the file - 1)'
+                                if sample.metainfo.get('reduce_zero_label') else ''))
+    if not found:
+        return ''
+    names = ', '.join(f'{i} {name!r}' for i, name in enumerate(classes))
+    return '\n'.join([
+        f'label values that are neither a class index nor the ignore index, in the {split} '
+        'data:', *found,
+        f"The {split} dataset's {len(classes)} classes ({names}) are the pixel values "
+        f'0-{len(classes) - 1}, and the ignore index {ignore_index} marks pixels to leave out. '
+        'Fix the files, or:',
+        '  - 0 means unlabelled and the classes are the values 1..N: reduce_zero_label=True in '
+        'the dataset;',
+        f'  - pixels nobody labelled: write {ignore_index} into them;',
+        "  - another numbering: map the values to the classes with MMSegmentation's label_map "
+        '(a dataset type whose METAINFO classes name every value of the files, and '
+        'metainfo=dict(classes=...) those to keep; the others become 255);',
+        "  - a class left out: add it to classes and to every head's num_classes.",
+        '(docs/custom_data.md)'])
+
+
 @HOOKS.register_module()
 class ClassesCheckHook(Hook):
     """Stop at the start of training or testing when the model and the data disagree on the
@@ -152,15 +188,36 @@ class ClassesCheckHook(Hook):
     get other classes' names (MMDetection and MMPretrain do not check either).
 
     Checked before training (the train and val datasets) and before testing (the test
-    dataset); raises ``ValueError`` listing every disagreement. MMDetection's
-    ``NumClassCheckHook`` cannot be used with our backbones: it also checks the backbone's
-    ``num_classes``, which is 0 in detection configs.
+    dataset); raises ``ValueError`` listing every disagreement. Segmentation label maps are
+    checked batch by batch, before the model sees them (:func:`stray_labels`): a value that
+    is neither a class index nor the ignore index raises ``ValueError`` naming the file.
+    MMDetection's ``NumClassCheckHook`` cannot be used with our backbones: it also checks the
+    backbone's ``num_classes``, which is 0 in detection configs.
 
     Example::
 
         custom_hooks = [dict(type='ClassesCheckHook')]
     """
     priority = 'VERY_HIGH'
+
+    def __init__(self) -> None:
+        self._labels = {}  # split -> (classes, ignore index) of a segmentation dataset
+
+    def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        self._check_labels('train', data_batch)
+
+    def before_val_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        self._check_labels('val', data_batch)
+
+    def before_test_iter(self, runner, batch_idx: int, data_batch=None) -> None:
+        self._check_labels('test', data_batch)
+
+    def _check_labels(self, split: str, data_batch) -> None:
+        if split in self._labels and isinstance(data_batch, dict):
+            problem = stray_labels(data_batch.get('data_samples') or (), *self._labels[split],
+                                   split)
+            if problem:
+                raise ValueError(problem)
 
     def before_train(self, runner) -> None:
         self._check(runner, [('train', runner.train_dataloader),
@@ -178,6 +235,10 @@ class ClassesCheckHook(Hook):
             classes = _classes(loader.dataset)
             if not classes:
                 continue  # a dataset without class names: nothing to check against
+            seg = [d for d in _leaf_datasets(loader.dataset) if hasattr(d, 'reduce_zero_label')]
+            if seg:  # MMSegmentation's label maps: the loss's ignore index is the head's
+                self._labels[split] = classes, getattr(getattr(model, 'decode_head', None),
+                                                       'ignore_index', seg[0].ignore_index)
             if isinstance(classes, str):
                 problems.append(f"the {split} dataset's classes is the string {classes!r}: "
                                 f'write classes=({classes!r}, ) for one class')
