@@ -11,7 +11,7 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = ['check_choice', 'check_int', 'resolve_arch', 'vit_init_', 'check_image',
-           'check_batchnorm_statistics', 'take_indices']
+           'batchnorm_trains', 'check_batchnorm_statistics', 'take_indices']
 
 
 def check_choice(name: str, value, allowed) -> None:
@@ -114,10 +114,11 @@ def vit_init_(module: nn.Module, std: float = 0.02, init=nn.init) -> None:
             init.ones_(module.running_var)
 
 
-def check_image(model: nn.Module, x: torch.Tensor, in_chans: int, min_size: int) -> None:
+def check_image(owner: Union[str, nn.Module], x: torch.Tensor, in_chans: int,
+                min_size: int) -> None:
     """``ValueError`` unless ``x`` is a non-empty (B, in_chans, H, W) batch of images of at
-    least ``min_size`` pixels a side."""
-    name = type(model).__name__
+    least ``min_size`` pixels a side; ``owner`` (a model or its name) names who says so."""
+    name = owner if isinstance(owner, str) else type(owner).__name__
     if not isinstance(x, torch.Tensor) or x.dim() != 4:
         raise ValueError(f'{name} expects a (B, C, H, W) tensor, got '
                          f'{tuple(x.shape) if isinstance(x, torch.Tensor) else type(x)}')
@@ -131,17 +132,22 @@ def check_image(model: nn.Module, x: torch.Tensor, in_chans: int, min_size: int)
                          f'got {x.shape[2]}x{x.shape[3]}')
 
 
-def check_batchnorm_statistics(model: nn.Module, batch: int, smallest_map: Sequence[int],
+def batchnorm_trains(model: nn.Module) -> bool:
+    """Whether a BatchNorm of ``model`` normalises with batch statistics (is in training
+    mode)."""
+    return any(isinstance(m, _BatchNorm) and m.training for m in model.modules())
+
+
+def check_batchnorm_statistics(owner: str, batch: int, smallest_map: Sequence[int],
                                where: str, min_side_for_batch_1: int) -> None:
-    """BatchNorm in training mode needs more than one value per channel; raise a clear
-    ``ValueError`` when ``batch`` images give its smallest normalised map (``where``,
-    ``smallest_map`` = (h, w)) only one, instead of PyTorch's error from deep inside."""
+    """BatchNorm in training mode needs more than one value per channel: for a model whose
+    BatchNorms train (:func:`batchnorm_trains`), raise a clear ``ValueError`` when ``batch``
+    images give its smallest normalised map (``where``, ``smallest_map`` = (h, w)) only one,
+    instead of PyTorch's error from deep inside. ``owner``: the model's name."""
     if batch * smallest_map[0] * smallest_map[1] > 1:
         return
-    if not any(isinstance(m, _BatchNorm) and m.training for m in model.modules()):
-        return
     raise ValueError(
-        f'{type(model).__name__} cannot train on a batch of {batch} at this size: {where} is '
+        f'{owner} cannot train on a batch of {batch} at this size: {where} is '
         f'{smallest_map[0]}x{smallest_map[1]}, so its BatchNorm sees one value per channel. '
         f'Use a batch of at least 2, inputs of at least {min_side_for_batch_1} pixels on one '
         'side, or norm_eval=True (BatchNorm on its running statistics).')

@@ -12,7 +12,7 @@ import os
 import re
 import sys
 import warnings
-from typing import Callable, Dict, Iterable, Sequence
+from typing import Callable, Dict, Iterable, Optional, Sequence
 
 import torch
 
@@ -44,19 +44,22 @@ def register_mmengine(cls: type) -> None:
 
 
 def timm_pretrained_cfg(checkpoint: str, first_conv: str, crop_pct: float = 0.875,
-                        **overrides) -> dict:
+                        pool_stride: Optional[int] = None, **overrides) -> dict:
     """timm's pretrained metadata of the published checkpoint called ``checkpoint`` (a name of
     :data:`cvt_mm.checkpoint.PUBLISHED`): its URL, resolution, licence and the official
     evaluation's preprocessing (bicubic, ImageNet mean and std, ``crop_pct``). A file on the
     Hugging Face Hub is named by its repository (``hf_hub_id``), which timm then downloads
     through the Hub's cache: the URLs of every ``microsoft/cvt-*`` file end in the same file
-    name, under which a download cache keyed by names would mix them up."""
+    name, under which a download cache keyed by names would mix them up. ``pool_size`` is
+    the (h, w) of ``forward_features``' map at the checkpoint's resolution, ``ceil(size /
+    pool_stride)``; None (as timm's ViTs) for a model whose features are tokens."""
     entry = published_by_name(checkpoint)
     size = entry.input_size
     hub = re.match(r'https://huggingface\.co/([^/]+/[^/]+)/resolve/', entry.url)
     if hub:
         overrides.setdefault('hf_hub_id', hub.group(1))
-    return dict(url=entry.url, num_classes=1000, input_size=(3, size, size), pool_size=None,
+    pool_size = None if pool_stride is None else (-(-size // pool_stride), ) * 2
+    return dict(url=entry.url, num_classes=1000, input_size=(3, size, size), pool_size=pool_size,
                 crop_pct=crop_pct, interpolation='bicubic', mean=IMAGENET_MEAN, std=IMAGENET_STD,
                 first_conv=first_conv, classifier='head', fixed_input_size=False,
                 license=entry.licence.lower(), **overrides)
@@ -68,7 +71,12 @@ def build_timm_model(model_cls: type, variant: str, pretrained: bool, default_ar
     ``build_model_with_cfg`` (pretrained weights through ``model_cls.checkpoint_filter``,
     ``features_only`` through ``forward_intermediates``, every stage by default). An ``arch``
     among ``kwargs`` (a custom arch a ``local-dir:`` folder's ``model_args`` hold) replaces the
-    entry point's."""
+    entry point's.
+
+    timm's ``set_scriptable`` and ``set_exportable`` change nothing here: a scripted model takes
+    the reference formulas by itself (:mod:`.fast`, "Beyond eager"), and torch.export takes the
+    fast paths, whose bias resize keeps sizes symbolic where the reference resize would fix
+    them."""
     from timm.models import build_model_with_cfg
     arch = kwargs.pop('arch', default_arch)
     cfg = kwargs.get('pretrained_cfg')
@@ -115,17 +123,30 @@ _warned: set = set()
 
 
 def register_timm(module_name: str, entrypoints: Iterable[Callable],
-                  pretrained_cfgs: Dict[str, dict]) -> Sequence[str]:
+                  pretrained_cfgs: Dict[str, dict], notrace_functions: Iterable[Callable] = (),
+                  notrace_modules: Iterable[type] = ()) -> Sequence[str]:
     """Register ``entrypoints`` (functions named as the models) with timm, with
     ``pretrained_cfgs`` (``{'name.tag': cfg}``, the first tag of a name its default), where timm
     is installed; returns the names registered.
 
     A name timm already has from elsewhere (a later timm shipping it) is left to timm: ours is
     not registered under it, and a warning says so once per process.
+
+    ``notrace_functions`` and ``notrace_modules`` join timm's leaves of torch.fx tracing
+    (``timm.layers.register_notrace_function`` / ``register_notrace_module``, which timm's
+    ``features_only=True, feature_cls='fx'`` and torchvision's ``create_feature_extractor``
+    with ``get_notrace_functions()`` / ``get_notrace_modules()`` use): code that reads sizes as
+    Python ints or runs an autograd Function, which fx cannot trace through, runs as one call.
+    Registered here, where timm is installed, because the models import nothing from timm.
     """
     if not installed('timm'):
         return []
+    from timm.layers import register_notrace_function, register_notrace_module
     from timm.models import generate_default_cfgs, is_model, model_entrypoint, register_model
+    for fn in notrace_functions:
+        register_notrace_function(fn)
+    for cls in notrace_modules:
+        register_notrace_module(cls)
     module = sys.modules[module_name]
     # timm's register_model takes a model's pretrained cfgs from its entry point's module.
     module.default_cfgs = generate_default_cfgs(pretrained_cfgs)

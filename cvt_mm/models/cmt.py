@@ -31,6 +31,7 @@ from torch import nn
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
 from . import fast
 from ._helpers import (
+    batchnorm_trains,
     check_batchnorm_statistics,
     check_choice,
     check_image,
@@ -89,12 +90,17 @@ MIN_TRAIN_SIDE_BATCH_1 = 33
 
 
 def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
-    """Zero-pad an NCHW map at the bottom/right so both sides divide ``multiple``."""
+    """Zero-pad an NCHW map at the bottom/right so both sides divide ``multiple``. A leaf of
+    timm's fx tracing (registered with its notrace functions): whether to pad depends on the
+    sizes."""
     h, w = x.shape[-2], x.shape[-1]
     pad_h, pad_w = ceil_div(h, multiple) * multiple - h, ceil_div(w, multiple) * multiple - w
     # Symbolic sizes always pad (by zero rows when none are needed): testing whether the
     # padding is zero would fix the input size of an exported graph.
-    if not is_symbolic(pad_h, pad_w) and not (pad_h or pad_w):
+    symbolic = False
+    if not torch.jit.is_scripting():  # (TorchScript's sizes are ints)
+        symbolic = is_symbolic(pad_h, pad_w)
+    if not symbolic and pad_h == 0 and pad_w == 0:
         return x
     return F.pad(x, (0, pad_w, 0, pad_h))
 
@@ -109,6 +115,24 @@ def stage_grids(img_size: Grid, sr_ratios: Sequence[int]) -> list:
         q = (ceil_div(h, stride), ceil_div(w, stride))
         out.append((q, (ceil_div(q[0], sr), ceil_div(q[1], sr))))
     return out
+
+
+def check_cmt_input(x: torch.Tensor, owner: str, in_chans: int, last_stage: int,
+                    batchnorm_training: bool, sr_ratios: List[int]) -> None:
+    """``ValueError`` for a batch ``owner`` (a model's name) cannot take: not a (B, in_chans,
+    H, W) batch of at least 32x32 (:func:`~._helpers.check_image`), or, while its BatchNorms
+    train, one whose smallest BatchNorm input in stages ``0..last_stage`` (a key/value map,
+    or a token map where ``sr_ratios`` reduce nothing) has one value per channel. It reads
+    sizes as ints, so timm's fx tracing keeps it as one call (registered with timm's notrace
+    functions)."""
+    check_image(owner, x, in_chans, MIN_INPUT_SIZE)
+    if batchnorm_training:
+        grids = stage_grids(tuple(x.shape[-2:]), sr_ratios)
+        # A list, not a generator: torch.compile traces min() of a list only.
+        _, i, grid = min([(g[1][0] * g[1][1], i, g[1])
+                          for i, g in enumerate(grids[:last_stage + 1])])
+        check_batchnorm_statistics(owner, x.shape[0], grid, f"stage {i}'s smallest map",
+                                   MIN_TRAIN_SIDE_BATCH_1)
 
 
 # ------------------------------------------------------------------------------------ blocks
@@ -162,16 +186,19 @@ class LMHSA(nn.Module):
         self.k = nn.Linear(dim, dim)
         self.v = nn.Linear(dim, dim)
         self.proj = nn.Linear(dim, dim)
-        if sr_ratio > 1:
-            self.sr = ConvBN(dim, dim, sr_ratio, stride=sr_ratio, groups=dim)
+        # None without reduction, not absent: TorchScript then compiles only the branch taken.
+        self.sr = ConvBN(dim, dim, sr_ratio, stride=sr_ratio, groups=dim) if sr_ratio > 1 \
+            else None
 
     def forward(self, x: torch.Tensor, hw: Grid, bias: torch.Tensor) -> torch.Tensor:
         kv = x
-        if self.sr_ratio > 1:
+        if self.sr is not None:
             kv = nchw_to_nlc(self.sr(pad_to_multiple(nlc_to_nchw(x, hw), self.sr_ratio)))
-        q, k, v = (split_heads(proj(tokens), self.num_heads)
-                   for proj, tokens in ((self.q, x), (self.k, kv), (self.v, kv)))
-        if self.fast_paths:
+        q = split_heads(self.q(x), self.num_heads)
+        k = split_heads(self.k(kv), self.num_heads)
+        v = split_heads(self.v(kv), self.num_heads)
+        # TorchScript takes the formula: the fused path's autograd Function is not scriptable.
+        if not torch.jit.is_scripting() and self.fast_paths:
             x = sdpa_attention(q, k, v, self.scale, bias=bias)
         else:
             scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale + bias.to(q.dtype)
@@ -246,8 +273,9 @@ class CMTStage(nn.Module):
         self.selective_cp = selective_cp
 
     def relative_pos_for(self, query_grid: Grid, key_grid: Grid) -> torch.Tensor:
-        """The bias for the given grids (the parameter itself at the stored grids)."""
-        if self.position_bias is not None:
+        """The bias for the given grids (the parameter itself at the stored grids). TorchScript
+        takes the reference resize: the fast path's cache is Python state."""
+        if not torch.jit.is_scripting() and self.position_bias is not None:
             return self.position_bias(self.relative_pos, query_grid, key_grid)
         return interpolate_relative_pos(self.relative_pos, self.query_grid, self.key_grid,
                                         query_grid, key_grid)
@@ -256,6 +284,10 @@ class CMTStage(nn.Module):
         x, hw = self.patch_embed(x)
         key_grid = (ceil_div(hw[0], self.sr_ratio), ceil_div(hw[1], self.sr_ratio))
         bias = self.relative_pos_for(hw, key_grid)
+        if torch.jit.is_scripting():  # recomputation (run_blocks) is eager-only
+            for block in self.blocks:
+                x = block(x, hw, bias)
+            return x, hw
         if self.position_bias is None:
             return run_blocks(self.blocks, x, hw, bias, with_cp=self.grad_checkpointing,
                               selective_cp=self.selective_cp), hw
@@ -472,16 +504,10 @@ class CMTModel(nn.Module):
             else nn.Identity()
 
     def _check_input(self, x: torch.Tensor, last_stage: int) -> None:
-        check_image(self, x, self.in_chans, MIN_INPUT_SIZE)
-        if self.training:
-            # The smallest BatchNorm input of the stages that run: a stage's key/value map
-            # (sr conv) or, without reduction, its token map (IRFFN).
-            grids = stage_grids(tuple(x.shape[-2:]), self.arch_settings['sr_ratios'])
-            # A list, not a generator: torch.compile traces min() of a list only.
-            _, i, grid = min([(g[1][0] * g[1][1], i, g[1])
-                              for i, g in enumerate(grids[:last_stage + 1])])
-            check_batchnorm_statistics(self, x.shape[0], grid, f"stage {i}'s smallest map",
-                                       MIN_TRAIN_SIDE_BATCH_1)
+        """:func:`check_cmt_input` for an input to stages ``0..last_stage``."""
+        check_cmt_input(x, type(self).__name__, self.in_chans, last_stage,
+                        self.training and batchnorm_trains(self),
+                        self.arch_settings['sr_ratios'])
 
     def forward_intermediates(
             self, x: torch.Tensor, indices: Optional[Union[int, Sequence[int]]] = None,
@@ -521,10 +547,14 @@ class CMTModel(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The last stage's map, ``(B, C, ceil(H / 32), ceil(W / 32))``."""
-        self._check_input(x, len(self.stages) - 1)
+        # TorchScript compiles no checks (they format sizes into messages); torch's own
+        # errors remain.
+        if not torch.jit.is_scripting():
+            self._check_input(x, len(self.stages) - 1)
         x = self.stem(x)
         for stage in self.stages:
-            x = nlc_to_nchw(*stage(x))
+            tokens, hw = stage(x)
+            x = nlc_to_nchw(tokens, hw)
         return x
 
     def forward_head(self, x: torch.Tensor, pre_logits: bool = False) -> torch.Tensor:
@@ -641,8 +671,9 @@ checkpoint_filter_fn = timm_checkpoint_filter
 # -------------------------------------------------------------------------- timm entry points
 def _cfg(checkpoint: str) -> dict:
     # The official evaluation (cmt_pytorch datasets.py): the short side to 256 / 224 x size,
-    # a centre crop of size, bicubic.
-    return timm_pretrained_cfg(checkpoint, first_conv=CMTModel.first_conv, crop_pct=224 / 256)
+    # a centre crop of size, bicubic. forward_features' map has stride 32.
+    return timm_pretrained_cfg(checkpoint, first_conv=CMTModel.first_conv, crop_pct=224 / 256,
+                               pool_stride=32)
 
 
 PRETRAINED_CFGS = {
@@ -675,4 +706,9 @@ def cmt_b(pretrained: bool = False, **kwargs) -> CMTModel:
 
 # ---------------------------------------------------------------------------- registrations
 register_mmengine(CMT)
-register_timm(__name__, [cmt_ti, cmt_xs, cmt_s, cmt_b], PRETRAINED_CFGS)
+# Leaves of timm's fx tracing (torchvision's feature extraction): each reads sizes as ints,
+# keeps Python state or runs an autograd Function, so it is kept as one call or module.
+register_timm(__name__, [cmt_ti, cmt_xs, cmt_s, cmt_b], PRETRAINED_CFGS,
+              notrace_functions=[check_cmt_input, nlc_to_nchw, pad_to_multiple, sdpa_attention,
+                                 interpolate_relative_pos],
+              notrace_modules=[RelativePositionBias])

@@ -27,6 +27,7 @@ from torch import nn
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
 from . import fast
 from ._helpers import (
+    batchnorm_trains,
     check_batchnorm_statistics,
     check_choice,
     check_image,
@@ -88,6 +89,20 @@ def stage_sizes(hw: Sequence[int]) -> List[Tuple[int, int]]:
     return sizes
 
 
+def check_cvt_input(x: torch.Tensor, owner: str, in_chans: int, last_stage: int,
+                    batchnorm_training: bool) -> None:
+    """``ValueError`` for a batch ``owner`` (a model's name) cannot take: not a (B, in_chans,
+    H, W) batch of at least 32x32 (:func:`~._helpers.check_image`), or, while its BatchNorms
+    train, one whose smallest BatchNorm input (stage ``last_stage``'s stride-2 key/value
+    projection) has one value per channel. It reads sizes as ints, so timm's fx tracing keeps
+    it as one call (registered with timm's notrace functions)."""
+    check_image(owner, x, in_chans, MIN_INPUT_SIZE)
+    if batchnorm_training:
+        kv = [-(-n // 2) for n in stage_sizes(x.shape[2:])[last_stage]]
+        check_batchnorm_statistics(owner, x.shape[0], kv, f"stage {last_stage}'s key/value map",
+                                   MIN_TRAIN_SIDE_BATCH_1)
+
+
 # ------------------------------------------------------------------------------------ blocks
 class ConvTokenEmbed(nn.Module):
     """Overlapping strided Conv2d, then LayerNorm over channels."""
@@ -100,7 +115,8 @@ class ConvTokenEmbed(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
         x = self.proj(x)
-        hw = tuple(x.shape[2:])
+        # One size at a time: proxies under fx, SymInts under export, ints in TorchScript.
+        hw = (x.shape[-2], x.shape[-1])
         return self.norm(nchw_to_nlc(x)), hw
 
 
@@ -143,14 +159,16 @@ class ConvAttention(nn.Module):
         # Without the cls token the map is strided; each of the three convolutions would copy
         # it (and again in its backward), so it is copied once here.
         fmap = nlc_to_nchw(tokens.contiguous(), hw)
-        q, k, v = (proj(fmap) for proj in (self.conv_proj_q, self.conv_proj_k,
-                                           self.conv_proj_v))
+        q, k, v = self.conv_proj_q(fmap), self.conv_proj_k(fmap), self.conv_proj_v(fmap)
         if num_cls_tokens:  # (a concatenation with nothing would still copy)
-            q, k, v = (torch.cat([cls_tokens, t], dim=1) for t in (q, k, v))
+            q = torch.cat([cls_tokens, q], dim=1)
+            k = torch.cat([cls_tokens, k], dim=1)
+            v = torch.cat([cls_tokens, v], dim=1)
         q = split_heads(self.proj_q(q), self.num_heads)
         k = split_heads(self.proj_k(k), self.num_heads)
         v = split_heads(self.proj_v(v), self.num_heads)
-        if self.fast_paths:
+        # TorchScript takes the formula: the fused path's autograd Function is not scriptable.
+        if not torch.jit.is_scripting() and self.fast_paths:
             x = sdpa_attention(q, k, v, self.scale)
         else:
             x = (torch.matmul(q, k.transpose(-2, -1)) * self.scale).softmax(dim=-1) @ v
@@ -188,7 +206,8 @@ class CvTBlock(nn.Module):
 
 class CvTStage(nn.Module):
     """Token embedding, optional cls token and blocks: an NCHW map in; the tokens (the cls
-    token first) and the map's (h, w) out."""
+    token first) and the map's (h, w) out. ``forward(x)`` is
+    ``forward_tokens(*patch_embed(x))``, for a caller that wants the embedded map itself."""
 
     def __init__(self, index: int, in_channels: int, dims: int, num_heads: int, depth: int,
                  drop_path_rates: Sequence[float], with_cls_token: bool, fast_paths: bool):
@@ -202,9 +221,20 @@ class CvTStage(nn.Module):
         self.grad_checkpointing = False
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
-        x, hw = self.patch_embed(x)
+        tokens, hw = self.patch_embed(x)
+        return self.forward_tokens(tokens, hw)
+
+    def forward_tokens(self, x: torch.Tensor,
+                       hw: Tuple[int, int]) -> Tuple[torch.Tensor, Tuple[int, int]]:
+        """The stage after its token embedding: ``x`` the (B, h*w, C) tokens of the (h, w) map
+        ``patch_embed`` gave; returns the tokens after the blocks (the cls token first) and
+        ``hw``."""
         if self.cls_token is not None:
             x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], dim=1)
+        if torch.jit.is_scripting():  # recomputation (run_blocks) is eager-only
+            for block in self.blocks:
+                x = block(x, hw, self.num_cls_tokens)
+            return x, hw
         x = run_blocks(self.blocks, x, hw, self.num_cls_tokens, with_cp=self.grad_checkpointing)
         return x, hw
 
@@ -366,13 +396,9 @@ class CvTModel(nn.Module):
         self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
 
     def _check_input(self, x: torch.Tensor, last_stage: int) -> None:
-        check_image(self, x, self.in_chans, MIN_INPUT_SIZE)
-        if self.training:
-            # The smallest BatchNorm input: the last stage's stride-2 key/value projection.
-            kv = [-(-n // 2) for n in stage_sizes(x.shape[2:])[last_stage]]
-            check_batchnorm_statistics(self, x.shape[0], kv,
-                                       f"stage {last_stage}'s key/value map",
-                                       MIN_TRAIN_SIDE_BATCH_1)
+        """:func:`check_cvt_input` for an input to stages ``0..last_stage``."""
+        check_cvt_input(x, type(self).__name__, self.in_chans, last_stage,
+                        self.training and batchnorm_trains(self))
 
     def forward_intermediates(
             self, x: torch.Tensor, indices: Optional[Union[int, Sequence[int]]] = None,
@@ -416,7 +442,10 @@ class CvTModel(nn.Module):
 
     def forward_features(self, x: torch.Tensor) -> torch.Tensor:
         """The last stage's normalised tokens, ``(B, 1 + h*w, C)``, the cls token first."""
-        self._check_input(x, len(self.stages) - 1)
+        # TorchScript compiles no checks (they format sizes into messages); torch's own
+        # errors remain.
+        if not torch.jit.is_scripting():
+            self._check_input(x, len(self.stages) - 1)
         for stage in self.stages:
             tokens, hw = stage(x)
             x = nlc_to_nchw(split_tokens(tokens, stage.num_cls_tokens)[1], hw)
@@ -534,6 +563,7 @@ checkpoint_filter_fn = timm_checkpoint_filter
 
 # -------------------------------------------------------------------------- timm entry points
 def _cfg(checkpoint: str, **kwargs) -> dict:
+    # No pool_size: forward_features gives tokens, as timm's ViTs (whose cfgs say None).
     return timm_pretrained_cfg(checkpoint, first_conv=CvTModel.first_conv, **kwargs)
 
 
@@ -569,4 +599,8 @@ def cvt_w24(pretrained: bool = False, **kwargs) -> CvTModel:
 
 # ---------------------------------------------------------------------------- registrations
 register_mmengine(CvT)
-register_timm(__name__, [cvt_13, cvt_21, cvt_w24], PRETRAINED_CFGS)
+# Leaves of timm's fx tracing (torchvision's feature extraction): each reads sizes as ints,
+# or runs an autograd Function, so it is kept as one call or module.
+register_timm(__name__, [cvt_13, cvt_21, cvt_w24], PRETRAINED_CFGS,
+              notrace_functions=[check_cvt_input, nlc_to_nchw, sdpa_attention],
+              notrace_modules=[FusedQuickGELU])

@@ -1,13 +1,16 @@
 """Building blocks shared by CvT and CMT: the float32 LayerNorm of official CvT, QuickGELU,
 stochastic depth fused with the residual sum, token/map and per-head layout changes, per-block
-drop-path rates and the integer size arithmetic that stays exportable."""
+drop-path rates and the integer size arithmetic that stays exportable.
+
+The forward path is plain tensor code that TorchScript compiles, torch.fx traces and
+``torch.export`` exports: layouts are ``reshape``/``transpose`` (einops' ``rearrange`` is not
+scriptable), sizes are read as ``x.shape[i]`` (symbolic under fx and export)."""
 from __future__ import annotations
 
-from typing import Sequence
+from typing import List, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
-from einops import rearrange
 from torch import nn
 
 
@@ -57,9 +60,12 @@ class QuickGELU(nn.Module):
         >>> QuickGELU()(torch.zeros(3))
         tensor([0., 0., 0.])
     """
+    # A constant of the class: TorchScript reads no float from a module's globals.
+    __constants__ = ['scale']
+    scale = QUICK_GELU_SCALE
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * torch.sigmoid(QUICK_GELU_SCALE * x)
+        return x * torch.sigmoid(self.scale * x)
 
 
 class FP32LayerNorm(nn.LayerNorm):
@@ -74,27 +80,29 @@ class FP32LayerNorm(nn.LayerNorm):
 
 
 def nchw_to_nlc(x: torch.Tensor) -> torch.Tensor:
-    """(B, C, H, W) -> (B, H*W, C), a view. (``rearrange(x, 'b c h w -> b (h w) c')``
-    would copy: it permutes before merging the spatial axes.)"""
+    """(B, C, H, W) -> (B, H*W, C), a view. (Permuting before merging the spatial axes, as
+    ``rearrange(x, 'b c h w -> b (h w) c')`` does, would copy.)"""
     return x.flatten(2).transpose(1, 2)
 
 
-def nlc_to_nchw(x: torch.Tensor, hw: Sequence[int]) -> torch.Tensor:
-    """(B, H*W, C) -> (B, C, H, W), a view."""
-    h, w = hw
+def nlc_to_nchw(x: torch.Tensor, hw: Tuple[int, int]) -> torch.Tensor:
+    """(B, H*W, C) -> (B, C, H, W), a view. A leaf of timm's fx tracing (registered with its
+    notrace functions): the check compares sizes."""
+    h, w = hw[0], hw[1]
     if x.shape[1] != h * w:
         raise ValueError(f'nlc_to_nchw: {x.shape[1]} tokens cannot form a {h}x{w} map')
-    return rearrange(x, 'b (h w) c -> b c h w', h=h, w=w)
+    return x.transpose(1, 2).reshape(x.shape[0], x.shape[2], h, w)
 
 
 def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
     """(B, N, heads * d) tokens -> (B, heads, N, d) per-head tokens, a view."""
-    return rearrange(x, 'b n (heads d) -> b heads n d', heads=num_heads)
+    return x.reshape(x.shape[0], x.shape[1], num_heads, -1).transpose(1, 2)
 
 
 def merge_heads(x: torch.Tensor) -> torch.Tensor:
-    """(B, heads, N, d) -> (B, N, heads * d), the inverse of :func:`split_heads`."""
-    return rearrange(x, 'b heads n d -> b n (heads d)')
+    """(B, heads, N, d) -> (B, N, heads * d), the inverse of :func:`split_heads` (a copy
+    unless the layout allows a view)."""
+    return x.transpose(1, 2).flatten(2)
 
 
 def ceil_div(a: int, b: int) -> int:
@@ -110,7 +118,7 @@ def is_symbolic(*sizes) -> bool:
     return any(isinstance(s, torch.SymInt) for s in sizes)
 
 
-def split_tokens(x: torch.Tensor, num_leading: int):
+def split_tokens(x: torch.Tensor, num_leading: int) -> List[torch.Tensor]:
     """(B, N, C) tokens -> the first ``num_leading`` (e.g. a cls token) and the rest, as
     views. One ``split``, not two slices: its backward writes both gradients into one new
     tensor, where each slice's backward zero-fills a tensor of the full size.

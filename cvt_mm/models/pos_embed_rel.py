@@ -29,21 +29,24 @@ def interpolate_relative_pos(bias: torch.Tensor, src_query: Grid, src_key: Grid,
                              dst_query: Grid, dst_key: Grid) -> torch.Tensor:
     """A ``(heads, Hq*Wq, Hk*Wk)`` bias resized to new query and key grids: bicubic
     (``align_corners=False``) over the key grid, then over the query grid; ``bias`` itself when
-    both grids match.
+    both grids match. Written for TorchScript too (grids indexed, not unpacked); a leaf of
+    timm's fx tracing (registered with its notrace functions), as timm's own resampling.
 
     Example::
 
         >>> interpolate_relative_pos(torch.randn(2, 16, 4), (4, 4), (2, 2), (5, 6), (3, 3)).shape
         torch.Size([2, 30, 9])
     """
-    if tuple(src_query) == tuple(dst_query) and tuple(src_key) == tuple(dst_key):
+    if src_query[0] == dst_query[0] and src_query[1] == dst_query[1] \
+            and src_key[0] == dst_key[0] and src_key[1] == dst_key[1]:
         return bias
-    heads, nq, _ = bias.shape
-    x = F.interpolate(bias.reshape(heads * nq, 1, *src_key), size=tuple(dst_key),
-                      mode='bicubic', align_corners=False)
+    heads, nq = bias.shape[0], bias.shape[1]
+    x = F.interpolate(bias.reshape(heads * nq, 1, src_key[0], src_key[1]),
+                      size=[dst_key[0], dst_key[1]], mode='bicubic', align_corners=False)
     nk = dst_key[0] * dst_key[1]
-    x = x.reshape(heads, *src_query, nk).permute(0, 3, 1, 2).reshape(heads * nk, 1, *src_query)
-    x = F.interpolate(x, size=tuple(dst_query), mode='bicubic', align_corners=False)
+    x = x.reshape(heads, src_query[0], src_query[1], nk).permute(0, 3, 1, 2)
+    x = x.reshape(heads * nk, 1, src_query[0], src_query[1])
+    x = F.interpolate(x, size=[dst_query[0], dst_query[1]], mode='bicubic', align_corners=False)
     return x.reshape(heads, nk, dst_query[0] * dst_query[1]).transpose(1, 2).contiguous()
 
 

@@ -142,6 +142,21 @@ def test_cvt13_at_224_has_the_official_stage_shapes():
     assert model.head.out_features == 1000
 
 
+def test_a_stage_continues_from_its_token_embedding():
+    """``forward_tokens`` runs a stage after its token embedding (for a caller that keeps the
+    embedded map): on what ``patch_embed`` gives, the stage's own output, the cls-token stage
+    included."""
+    model = tiny().eval()
+    x = torch.randn(2, 3, 64, 80)
+    with torch.no_grad():
+        inputs = [x] + model.forward_intermediates(x, intermediates_only=True)[:-1]
+        for stage, stage_input in zip(model.stages, inputs):
+            tokens, hw = stage(stage_input)
+            split_tokens, split_hw = stage.forward_tokens(*stage.patch_embed(stage_input))
+            assert torch.equal(split_tokens, tokens) and split_hw == hw
+    assert tokens.shape[1] == 1 + hw[0] * hw[1]  # the last stage's cls token
+
+
 @pytest.mark.parametrize('arch,millions', [('13', 19.997), ('21', 31.623), ('w24', 277.196)])
 def test_parameter_counts_match_the_official_models(arch, millions):
     with torch.device('meta'):

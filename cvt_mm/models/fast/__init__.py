@@ -24,6 +24,13 @@ one model on the reference path (attention as ``softmax(q kᵀ) v``, the plain Q
 ``F.interpolate`` for CMT's bias, no bias cache). Activation recomputation is asked for per model
 (``with_cp``, ``selective_cp``), since it trades time for memory.
 
+**Beyond eager.** A TorchScript-compiled model computes the reference formulas whatever it was
+built with (``torch.jit.is_scripting()``: the autograd Functions, the bias cache and the
+recomputation are Python); torch.fx keeps each fast path as one call or module (timm's
+notrace leaves, which the models register where timm is installed); ``torch.export`` takes the
+fast paths (attention as one plain ``scaled_dot_product_attention``, the bias resize with
+matrices built from symbolic sizes).
+
 Example::
 
     >>> from cvt_mm.models import fast

@@ -60,7 +60,9 @@ def graph_bicubic_matrix(src: int, dst, like: torch.Tensor) -> torch.Tensor:
     """
     eye = torch.eye(src, dtype=torch.float32, device=like.device).reshape(src, 1, src, 1)
     cols = F.interpolate(eye, size=(dst, 1), mode='bicubic', align_corners=False)
-    return cols.reshape(src, dst).t().to(like.dtype)
+    # Indexed, not reshaped: a reshape merging a symbolic size makes torch.export guard on
+    # divisibility it cannot prove (e.g. that ceil(H / 32) is not 1).
+    return cols[:, 0, :, 0].t().to(like.dtype)
 
 
 def axis_matrix(src: int, dst, like: torch.Tensor) -> torch.Tensor:

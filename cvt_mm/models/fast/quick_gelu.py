@@ -42,7 +42,12 @@ class FusedQuickGELU(nn.Module):
         True
     """
 
+    # A constant of the class: TorchScript reads no float from a module's globals.
+    __constants__ = ['scale']
+    scale = QUICK_GELU_SCALE
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        if torch.is_grad_enabled() and x.requires_grad:
+        # TorchScript compiles no autograd Function: its graph differentiates silu itself.
+        if not torch.jit.is_scripting() and torch.is_grad_enabled() and x.requires_grad:
             return _QuickGELUFunction.apply(x)
-        return F.silu(x * QUICK_GELU_SCALE).div_(QUICK_GELU_SCALE)
+        return F.silu(x * self.scale).div_(self.scale)

@@ -34,7 +34,9 @@ class RelativePositionBias(nn.Module):
       stage instead (:class:`~.recomputation.RecomputedInBackward`).
 
     The module holds no parameter or buffer: the stage owns ``relative_pos`` and passes it in,
-    so the checkpoint key stays ``stages.{i}.relative_pos``.
+    so the checkpoint key stays ``stages.{i}.relative_pos``. A scripted model does not call it
+    (the cache is Python state; ``CMTStage.relative_pos_for`` takes the reference resize
+    there), and torch.fx keeps it as a leaf (registered with timm's notrace modules).
 
     Args:
         query_grid (tuple[int, int]): the query grid the parameter is stored for.
@@ -64,6 +66,9 @@ class RelativePositionBias(nn.Module):
         # (query grid, key grid) -> ((pointer, version, dtype, device) of the parameter, bias)
         self._cache: OrderedDict = OrderedDict()
 
+    # What TorchScript leaves uncompiled in a scripted model (see the class doc).
+    __jit_unused_properties__ = ['cached_grids']
+
     def train(self, mode: bool = True):
         self._cache.clear()
         return super().train(mode)
@@ -80,6 +85,7 @@ class RelativePositionBias(nn.Module):
         return resize_relative_pos(relative_pos, self.query_grid, self.key_grid, query_grid,
                                    key_grid)
 
+    @torch.jit.unused
     def forward(self, relative_pos: torch.Tensor, query_grid: Grid,
                 key_grid: Grid) -> torch.Tensor:
         """``relative_pos`` at the given grids, from the cache where it may serve."""
