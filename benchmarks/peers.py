@@ -132,12 +132,18 @@ class EntryPoint(torch.nn.Module):
             self.model = timm.create_model(cfg['name'], fast_paths=cfg['fast_paths'],
                                            **cfg['model_kwargs'], **kwargs)
         else:
-            from transformers import AutoModel
+            from transformers import AutoBackbone
 
-            from cvt_mm.models.huggingface import CONFIGS
-            self.model = AutoModel.from_config(CONFIGS[family](
-                arch=cfg['arch'], out_indices=cfg['out_indices'], fast_paths=cfg['fast_paths'],
-                model_kwargs=cfg['model_kwargs']))
+            from cvt_mm.models import fast
+            from cvt_mm.models.huggingface import AUTO_CLASSES
+            config = AUTO_CLASSES[family]['AutoConfig'](
+                arch=cfg['arch'], model_kwargs=cfg['model_kwargs'],
+                out_indices=[i + 1 for i in cfg['out_indices']])  # stage_names[0] is the stem
+            fast.set_fast_paths(cfg['fast_paths'])  # the switch models read when built
+            try:
+                self.model = AutoBackbone.from_config(config)
+            finally:
+                fast.set_fast_paths(None)
 
     def forward(self, x: torch.Tensor) -> tuple:
         if self.via == 'timm':

@@ -184,10 +184,9 @@ WITHOUT_OPENMMLAB = textwrap.dedent('''
     import cvt_mm
     from transformers import AutoModel
     from cvt_mm.models import CMT, CvTModel
-    from cvt_mm.models.huggingface import CvTBackboneConfig
+    from cvt_mm.models.huggingface import CvTBackbone, CvTConfig
     logits = timm.create_model('cvt_13', num_classes=3).eval()(torch.randn(1, 3, 64, 64))
-    maps = AutoModel.from_config(CvTBackboneConfig(out_indices=[0, 1, 2]))(
-        torch.randn(1, 3, 64, 64)).feature_maps
+    maps = CvTBackbone(CvTConfig(out_indices=[1, 2, 3]))(torch.randn(1, 3, 64, 64)).feature_maps
     pyramid = CMT('ti').eval()(torch.randn(1, 3, 64, 64))
     print(json.dumps([tuple(logits.shape), len(maps), len(pyramid),
                       sorted({m.split('.')[0] for m in sys.modules} & {'mmengine', 'mmcv'})]))

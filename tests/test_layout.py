@@ -143,7 +143,10 @@ MODEL_LEVELS = [
      'fast.relative_position_bias'},
     {'backbone', '_registry', 'pos_embed_rel'},
     {'cvt', 'cmt'},
-    {'huggingface', 'export'},
+    {'huggingface_config'},
+    {'huggingface'},
+    {'remote_code'},
+    {'export'},
 ]
 
 

@@ -1,13 +1,16 @@
-"""A checkpoint of any layout we load, written as a folder that timm and Hugging Face load:
-``model.safetensors`` (the model's weights in our layout, the ImageNet head included when the
-checkpoint has one) and one ``config.json`` that both read, timm's keys (``architecture``,
-``pretrained_cfg``, ``model_args``) beside transformers' (``model_type``, ``arch``,
-``out_features``). The command line is ``tools/misc/export_pretrained.py``.
+"""A checkpoint of any layout we load, written as a folder that timm, Hugging Face and the Hub
+load: ``model.safetensors`` (the model's weights in our layout, the ImageNet head included when
+the checkpoint has one), one ``config.json`` for both libraries (transformers' config with the
+architecture spelled out and ``auto_map``, timm's ``architecture`` / ``pretrained_cfg`` /
+``model_args``), the model's code (``configuration_cvt_mm.py``, ``modeling_cvt_mm.py``:
+:mod:`.remote_code`), ``preprocessor_config.json`` (the official evaluation's preprocessing) and a
+model card ``README.md``. The command line is ``tools/misc/export_pretrained.py``.
 
+* ``transformers.AutoModelForImageClassification.from_pretrained(OUT_DIR,
+  trust_remote_code=True)``, ``AutoModel`` and ``pipeline('image-classification', ...)`` load it
+  without cvt_mm; with cvt_mm imported, without ``trust_remote_code`` too;
 * ``timm.create_model('local-dir:OUT_DIR', pretrained=True)`` builds the model with the official
   preprocessing in its ``pretrained_cfg``;
-* ``transformers.AutoModel.from_pretrained(OUT_DIR)`` (or ``CvTBackbone.from_pretrained``)
-  builds the Hugging Face backbone, every stage in ``out_features``;
 * ``init_cfg=dict(type='Pretrained', checkpoint='OUT_DIR/model.safetensors')`` loads it into the
   OpenMMLab backbone.
 
@@ -16,6 +19,7 @@ whole model of a run of our configs (MMDetection, MMSegmentation, MMPretrain), w
 ``backbone.`` weights are taken (without the OpenMMLab backbone's output norms,
 ``out_norms.*``, which the timm and Hugging Face models do not have). The arch is recognised
 from the weights when it is a row of the family's table; a custom arch is given as ``arch``.
+A folder that is not empty is refused unless ``overwrite``.
 
 Example::
 
@@ -35,10 +39,12 @@ from typing import Optional, Union
 from ..checkpoint.formats import convert_state_dict, extract_state_dict, format_family
 from ..checkpoint.io import CheckpointError, write_atomically
 from ..checkpoint.loading import arch_of, fit_state_dict, read_checkpoint
+from ..checkpoint.published import published
 from .cmt import PRETRAINED_CFGS as CMT_PRETRAINED
 from .cmt import CMTModel
 from .cvt import PRETRAINED_CFGS as CVT_PRETRAINED
 from .cvt import CvTModel
+from .remote_code import CONFIG_FILE, MODELING_FILE, auto_map, remote_code_files
 
 __all__ = ['export_pretrained', 'main']
 
@@ -74,25 +80,26 @@ def _pretrain_img_size(sd: dict, arch) -> Optional[list]:
 
 def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
                       arch: Optional[Union[str, dict]] = None,
-                      prefix: Optional[str] = None) -> dict:
+                      prefix: Optional[str] = None, overwrite: bool = False) -> dict:
     """Write ``src`` (any layout of ``family``; recognised from the keys when None) to
-    ``out_dir`` as ``model.safetensors`` + ``config.json`` (see the module doc); returns the
-    config written, with ``'sha256'`` of the weights file.
+    ``out_dir`` as a Hub folder (see the module doc); returns the config written, with
+    ``'sha256'`` of the weights file and the ``'files'`` written.
 
     Args:
         src (str): the checkpoint, a path or an https:// URL.
-        out_dir (str): the folder to write (created; the two files in it are replaced).
+        out_dir (str): the folder to write (created; must be empty unless ``overwrite``).
         family (str, optional): ``'cvt'`` or ``'cmt'``. Default: from the keys.
         arch (str | dict, optional): the arch, when the weights are not a row of the table.
         prefix (str, optional): take the keys under this prefix (default: ``module.`` and
             ``backbone.`` are stripped where present).
+        overwrite (bool): replace the files of a folder that is not empty. Default False.
 
     Raises:
         CheckpointError: ``src`` is unreadable, of no known layout, or does not fit ``arch``.
-        ValueError: a custom arch without ``arch``, or ``out_dir`` an existing file.
+        ValueError: a custom arch without ``arch``, ``out_dir`` an existing file or a folder
+            that is not empty (without ``overwrite``).
     """
-    if osp.isfile(out_dir):
-        raise ValueError(f'{out_dir} is a file; export_pretrained writes a folder')
+    _check_out_dir(out_dir, overwrite)
     sd, _ = extract_state_dict(read_checkpoint(src, family), prefix)
     sd, layout = convert_state_dict(sd, family)
     family = format_family(layout)
@@ -135,24 +142,133 @@ def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
     pretrained_cfg.pop('hf_hub_id', None)  # the folder is the source
     if model_args.get('pretrain_img_size'):
         pretrained_cfg['input_size'] = (3, *model_args['pretrain_img_size'])
-    stages = [f'stage{i}' for i in range(1, model_cls.num_stages + 1)]
-    config = {
-        # transformers (cvt_mm.models.huggingface)
-        'model_type': HF_MODEL_TYPES[family],
-        'architectures': [{'cvt': 'CvTBackbone', 'cmt': 'CMTBackbone'}[family]],
-        'arch': arch, 'num_channels': model.in_chans,
-        'model_kwargs': {k: v for k, v in model_args.items() if k != 'arch'},
-        'out_features': stages, 'out_indices': list(range(len(stages))),
-        # timm (local-dir:)
+    config = hub_config(family, arch, model, model_args, num_classes)
+    config.update({  # timm (local-dir:)
         'architecture': timm_name, 'num_classes': num_classes,
         'num_features': model.num_features, 'model_args': model_args,
         'pretrained_cfg': pretrained_cfg,
-    }
+    })
+    files = {'model.safetensors': weights,
+             'config.json': json.dumps(config, indent=2) + '\n',
+             'preprocessor_config.json': json.dumps(
+                 image_processor_config(pretrained_cfg), indent=2) + '\n',
+             'README.md': model_card(family, timm_name, arch, config, src)}
+    files.update(remote_code_files(family))
+    _check_out_dir(out_dir, overwrite)
     os.makedirs(out_dir, exist_ok=True)
-    write_atomically(weights, osp.join(out_dir, 'model.safetensors'))
-    write_atomically(json.dumps(config, indent=2) + '\n', osp.join(out_dir, 'config.json'))
+    for name, data in files.items():
+        write_atomically(data, osp.join(out_dir, name))
     return dict(config, sha256=hashlib.sha256(weights).hexdigest(), layout=layout,
-                dropped=out_norms)
+                dropped=out_norms, files=sorted(files))
+
+
+def _check_out_dir(out_dir: str, overwrite: bool) -> None:
+    if osp.isfile(out_dir):
+        raise ValueError(f'{out_dir} is a file; export_pretrained writes a folder')
+    found = sorted(os.listdir(out_dir)) if osp.isdir(out_dir) else []
+    if found and not overwrite:
+        raise ValueError(f'{out_dir} is not empty ({", ".join(found[:5])}'
+                         f'{", ..." if len(found) > 5 else ""}): give an empty or new folder, '
+                         'or --overwrite to replace the files the export writes')
+
+
+def hub_config(family: str, arch, model, model_args: dict, num_classes: int) -> dict:
+    """transformers' part of ``config.json``: the family's config with the architecture spelled
+    out, ``auto_map`` to the folder's code, ImageNet's class names for an ImageNet head, every
+    stage as the backbone's default outputs."""
+    from .huggingface import AUTO_CLASSES
+    classes = AUTO_CLASSES[family]
+    fields = dict(model_args.get('arch') or model_cls_arch(family, arch))
+    if family == 'cmt':
+        fields['pretrain_img_size'] = list(model.pretrain_img_size)
+    labels = imagenet_labels() if num_classes == 1000 else None
+    config = classes['AutoConfig'](
+        **fields, num_channels=model.in_chans, num_labels=max(num_classes, 1),
+        **(dict(id2label=dict(enumerate(labels))) if labels else {}),
+        out_features=[f'stage{i}' for i in range(1, model.num_stages + 1)])
+    head = 'AutoModelForImageClassification' if num_classes else 'AutoModel'
+    config.architectures = [classes[head].__name__]
+    config.auto_map = auto_map(family)
+    # timm's keys make transformers read the image processor's type from config.json.
+    config.image_processor_type = 'ConvNextImageProcessor'
+    out = config.to_dict()
+    out.pop('_name_or_path', None)
+    return out
+
+
+def model_cls_arch(family: str, arch: str) -> dict:
+    return dict(MODELS[family].arch_zoo[arch])
+
+
+def imagenet_labels() -> Optional[list]:
+    """ImageNet-1k's class names, as MMPretrain ships them (None without MMPretrain)."""
+    try:
+        from mmpretrain.datasets.categories import IMAGENET_CATEGORIES
+    except ImportError:
+        return None
+    return [name.split(',')[0].strip() for name in IMAGENET_CATEGORIES]
+
+
+def image_processor_config(pretrained_cfg: dict) -> dict:
+    """The official evaluation's preprocessing as transformers' ``ConvNextImageProcessor``
+    (what ``microsoft/cvt-*`` use): below 384 the short side to ``size / crop_pct`` and a
+    centre crop of ``size``; from 384 a plain resize to ``size`` x ``size`` (CvT's 384
+    evaluation); bicubic; ImageNet's mean and std."""
+    size = pretrained_cfg['input_size'][-1]
+    return dict(image_processor_type='ConvNextImageProcessor',
+                size=dict(shortest_edge=size), crop_pct=pretrained_cfg['crop_pct'],
+                resample=3, do_resize=True, do_rescale=True, rescale_factor=1 / 255,
+                do_normalize=True, image_mean=list(pretrained_cfg['mean']),
+                image_std=list(pretrained_cfg['std']))
+
+
+PAPERS = {
+    'cvt': ('CvT: Introducing Convolutions to Vision Transformers', 'microsoft/CvT',
+            '@inproceedings{wu2021cvt,\n  title={CvT: Introducing Convolutions to Vision '
+            'Transformers},\n  author={Wu, Haiping and Xiao, Bin and Codella, Noel and Liu, '
+            'Mengchen and Dai, Xiyang and Yuan, Lu and Zhang, Lei},\n  booktitle={ICCV},\n'
+            '  year={2021}\n}'),
+    'cmt': ('CMT: Convolutional Neural Networks Meet Vision Transformers',
+            'huawei-noah/Efficient-AI-Backbones',
+            '@inproceedings{guo2022cmt,\n  title={CMT: Convolutional Neural Networks Meet '
+            'Vision Transformers},\n  author={Guo, Jianyuan and Han, Kai and Wu, Han and Tang, '
+            'Yehui and Chen, Xinghao and Wang, Yunhe and Xu, Chang},\n  booktitle={CVPR},\n'
+            '  year={2022}\n}'),
+}
+
+
+def model_card(family: str, timm_name: str, arch, config: dict, src: str) -> str:
+    """The folder's ``README.md``: the Hub's metadata block, what the model is, its variant's
+    published ImageNet top-1, how to load it, the citation."""
+    row = next((p for p in published(family) if p.arch == arch), None) \
+        if isinstance(arch, str) else None
+    title, repo, bibtex = PAPERS[family]
+    name = f'{family.upper() if family == "cmt" else "CvT"}-{arch}' if isinstance(arch, str) \
+        else f'{family} (custom arch)'
+    datasets = ['imagenet-1k'] + (['imagenet-21k'] if row and row.pretrain == 'IN-22k' else [])
+    licence = row.licence.lower() if row else 'other'
+    top1 = (f'The published {row.name} checkpoint of this variant reports **{row.top1} %** '
+            f'ImageNet-1k top-1 at {row.input_size}x{row.input_size} ({row.pretrain} '
+            f'pre-training; [{repo}](https://github.com/{repo})).') if row else \
+        'A custom architecture: no published accuracy.'
+    head = config['architectures'][0]
+    return '\n'.join([
+        '---', f'license: {licence}', 'library_name: transformers',
+        'tags: [image-classification, vision, cvt_mm, timm, custom_code]',
+        f'datasets: [{", ".join(datasets)}]', 'pipeline_tag: image-classification', '---', '',
+        f'# {name}', '',
+        f'{title}: the model as cvt_mm computes it '
+        f'(the official forward), written from `{osp.basename(str(src))}` by '
+        '`tools/misc/export_pretrained.py`. The code is in this folder '
+        f'(`{CONFIG_FILE}`, `{MODELING_FILE}`); transformers loads it with '
+        '`trust_remote_code=True`, timm with cvt_mm installed.', '', top1, '',
+        '```python', 'from transformers import AutoModelForImageClassification, pipeline', '',
+        'classifier = pipeline("image-classification", model="THIS_FOLDER", '
+        'trust_remote_code=True)',
+        f'# {head}; AutoModel and AutoBackbone\'s class (in {MODELING_FILE}) load it too', '```',
+        '', '```python', 'import cvt_mm, timm', '',
+        'model = timm.create_model("local-dir:THIS_FOLDER", pretrained=True)', '```', '',
+        '## Citation', '', '```bibtex', bibtex, '```', ''])
 
 
 def main(argv=None, description: str = __doc__) -> int:
@@ -160,7 +276,7 @@ def main(argv=None, description: str = __doc__) -> int:
     error on stderr."""
     parser = argparse.ArgumentParser(description=description.split('\n\n')[0])
     parser.add_argument('checkpoint', help='any CvT/CMT checkpoint we load (path or URL)')
-    parser.add_argument('out_dir', help='folder for model.safetensors and config.json')
+    parser.add_argument('out_dir', help='the folder to write (new or empty)')
     parser.add_argument('--family', choices=sorted(MODELS),
                         help='backbone family (default: recognised from the keys)')
     parser.add_argument('--arch', default=None,
@@ -168,6 +284,8 @@ def main(argv=None, description: str = __doc__) -> int:
     parser.add_argument('--prefix', default=None,
                         help='take the keys under this prefix (default: module. and backbone. '
                         'are stripped where present)')
+    parser.add_argument('--overwrite', action='store_true',
+                        help='replace the files of a folder that is not empty')
     args = parser.parse_args(argv)
     arch = args.arch
     if arch and arch.lstrip().startswith('{'):
@@ -177,7 +295,7 @@ def main(argv=None, description: str = __doc__) -> int:
             parser.error(f'--arch is not valid JSON: {err}')
     try:
         written = export_pretrained(args.checkpoint, args.out_dir, args.family, arch,
-                                    args.prefix)
+                                    args.prefix, overwrite=args.overwrite)
     except (CheckpointError, ValueError) as err:
         print(f'error: {err}', file=sys.stderr)
         return 1

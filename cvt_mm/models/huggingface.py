@@ -1,24 +1,35 @@
-"""CvT and CMT as Hugging Face transformers backbones: a config + model pair per family
-(:class:`CvTBackboneConfig` / :class:`CvTBackbone`, :class:`CMTBackboneConfig` /
-:class:`CMTBackbone`) with transformers' ``BackboneMixin``, registered with ``AutoConfig`` and
-``AutoBackbone`` when this module is imported (``import cvt_mm`` does, where transformers is
-installed). Heads that build their backbone from a config (UperNet, Mask2Former, DPT, the DETR
-family, ...) take them as ``backbone_config``.
+"""CvT and CMT in Hugging Face transformers, as its own models are: per family a config with
+the architecture spelled out (:mod:`.huggingface_config`: :class:`CvTConfig`,
+:class:`CMTConfig`) and three models, registered with the Auto classes when this module is
+imported (``import cvt_mm`` does, where transformers is installed):
 
-Each backbone holds the family's model (:class:`~.cvt.CvTModel`, :class:`~.cmt.CMTModel`)
-under ``backbone``, without its classification stage, and returns the maps of
-``config.out_features`` (stage names ``stage1``, ... ``stageN``; the default, as for every
-transformers backbone, is the last stage). A folder written by
-``tools/misc/export_pretrained.py`` holds the weights without the prefix;
-``from_pretrained`` adds it, as it does for a base model's weights. Hugging Face's own
-``microsoft/cvt-*`` folders load into :class:`CvTBackbone` too.
+===================================  ==============================  ==============================
+Auto class                           CvT                             CMT
+===================================  ==============================  ==============================
+``AutoConfig``                       ``CvTConfig``                   ``CMTConfig``
+``AutoModel``                        ``CvTBaseModel``                ``CMTBaseModel``
+``AutoModelForImageClassification``  ``CvTForImageClassification``   ``CMTForImageClassification``
+``AutoBackbone``                     ``CvTBackbone``                 ``CMTBackbone``
+===================================  ==============================  ==============================
+
+Every model holds the family's model (:class:`~.cvt.CvTModel`, :class:`~.cmt.CMTModel`) under
+``model``: the base model without the ImageNet head (``last_hidden_state``: the last stage's
+map; ``pooler_output``: what the head reads), the classifier with it, the backbone without the
+classification stage. Stage names are ``stem`` (CvT: the first convolutional token embedding,
+before stage 1's blocks, stride 4; CMT: the convolutional stem, stride 2), ``stage1`` ...
+``stageN``. A folder of ``tools/misc/export_pretrained.py`` holds our model's weights without
+the prefix; ``from_pretrained`` adds it. Hugging Face's own ``microsoft/cvt-*`` folders
+(``CvtConfig``) load into the CvT classes too.
+
+The export tool also writes this module's code into the folder (:mod:`.remote_code`), so that
+it loads with ``trust_remote_code=True`` where cvt_mm is not installed.
 
 Example::
 
-    >>> import cvt_mm  # registers the backbones
-    >>> from transformers import AutoBackbone
-    >>> backbone = AutoBackbone.from_pretrained('exported/cvt_13')  # export_pretrained.py
-    >>> [tuple(f.shape) for f in backbone(torch.randn(1, 3, 224, 224)).feature_maps]
+    >>> import cvt_mm  # registers the classes
+    >>> from transformers import AutoModelForImageClassification
+    >>> model = AutoModelForImageClassification.from_pretrained('exported/cvt_13')
+    >>> backbone = CvTBackbone(CvTConfig(out_features=['stem', 'stage2']))
 """
 from __future__ import annotations
 
@@ -26,226 +37,381 @@ import json
 from typing import Optional
 
 import torch
-import transformers
-from transformers import AutoBackbone, AutoConfig, AutoModel, PreTrainedModel
-from transformers.modeling_outputs import BackboneOutput
+from transformers import (
+    AutoBackbone,
+    AutoConfig,
+    AutoModel,
+    AutoModelForImageClassification,
+    PreTrainedConfig,
+    PreTrainedModel,
+)
+from transformers import initialization as hf_init
+from transformers.backbone_utils import BackboneMixin
+from transformers.modeling_outputs import (
+    BackboneOutput,
+    BaseModelOutputWithPoolingAndNoAttention,
+    ImageClassifierOutputWithNoAttention,
+)
 
-from ..checkpoint.loading import load_pretrained
 from . import cmt, cvt
+from .huggingface_config import CMTConfig, CvTConfig
+from .layers import nlc_to_nchw, split_tokens
 
-try:  # transformers >= 5
-    from transformers.backbone_utils import BackboneConfigMixin, BackboneMixin
-except ImportError:  # transformers 4.x
-    from transformers.utils.backbone_utils import BackboneConfigMixin, BackboneMixin
-
-try:  # the initialisers that leave loaded tensors alone (transformers >= 5)
-    from transformers import initialization as hf_init
-except ImportError:
-    hf_init = torch.nn.init
-
-PreTrainedConfig = getattr(transformers, 'PreTrainedConfig', None) or transformers.PretrainedConfig
-
-__all__ = ['CvTBackboneConfig', 'CvTBackbone', 'CMTBackboneConfig', 'CMTBackbone']
+__all__ = ['CvTConfig', 'CvTBaseModel', 'CvTForImageClassification', 'CvTBackbone',
+           'CMTConfig', 'CMTBaseModel', 'CMTForImageClassification', 'CMTBackbone',
+           'CvTBackboneConfig', 'CMTBackboneConfig', 'AUTO_CLASSES']
 
 
-class _BackboneConfig(BackboneConfigMixin, PreTrainedConfig):
-    """What the family's model is built from, and transformers' backbone outputs.
-
-    Args:
-        arch (str | dict): a row of the family's arch table or a custom arch dict.
-        num_channels (int): image channels. Default 3.
-        drop_path_rate (float): as the family's model.
-        fast_paths (bool, optional): as the family's model. Default None.
-        model_kwargs (dict, optional): further arguments of the family's model (CMT's
-            ``pretrain_img_size``, ``selective_cp``). Default None.
-        out_features (list[str], optional): stages whose maps the backbone returns, from
-            ``stage_names`` (``stage1`` ... ``stageN``). Default: the last.
-        out_indices (list[int], optional): the same as indices into ``stage_names``.
-    """
-    model_cls: type = None
-    default_arch = ''
-
-    def __init__(self, arch=None, num_channels: int = 3, drop_path_rate: float = 0.1,
-                 fast_paths: Optional[bool] = None, model_kwargs: Optional[dict] = None,
-                 out_features=None, out_indices=None, **kwargs):
-        self.arch = self.default_arch if arch is None else arch
-        self.num_channels = num_channels
-        self.drop_path_rate = drop_path_rate
-        self.fast_paths = fast_paths
-        self.model_kwargs = dict(model_kwargs or {})
-        self.stage_names = [f'stage{i}' for i in range(1, self.model_cls.num_stages + 1)]
-        super().__init__(**kwargs)
-        self.set_output_features_output_indices(out_features=out_features,
-                                                out_indices=out_indices)
-
-
-class _Backbone(BackboneMixin, PreTrainedModel):
+class _FamilyModel(PreTrainedModel):
+    """What the three models of a family share: the family's model under ``model``, the
+    official initialisation, gradient checkpointing, and the forward of the stage maps."""
     main_input_name = 'pixel_values'
-    base_model_prefix = 'backbone'
-    has_attentions = False
+    base_model_prefix = 'model'
+    input_modalities = ('image', )
     supports_gradient_checkpointing = True
-    # A whole model's weights (export_pretrained.py writes them with the ImageNet head, which
-    # timm uses): its classification stage is not a backbone's.
-    _keys_to_ignore_on_load_unexpected = [r'^(?:backbone\.)?(?:head|norm|cls_proj)\.']
-    init_weights_official = None
+    # What a model leaves out of our weights (export_pretrained.py writes the whole model).
+    _keys_to_ignore_on_load_unexpected = [r'^(?:model\.)?head\.']
+    prune_classification_stage = False
 
-    def __init__(self, config: _BackboneConfig):
+    def __init__(self, config: PreTrainedConfig):
         super().__init__(config)
-        model = self.config_class.model_cls(
-            config.arch, in_chans=config.num_channels, num_classes=0,
-            drop_path_rate=config.drop_path_rate, fast_paths=config.fast_paths,
-            **config.model_kwargs)
-        model.prune_intermediate_layers(None, prune_norm=True, prune_head=True)
-        self.backbone = model
-        self.num_features = [info['num_chs'] for info in model.feature_info]
-        self.post_init()
+        model = self.model_cls(config.model_arch(), in_chans=config.num_channels,
+                                 num_classes=self._head_classes(config),
+                                 drop_path_rate=config.drop_path_rate)
+        if self.prune_classification_stage:
+            model.prune_intermediate_layers(None, prune_norm=True, prune_head=True)
+        self.model = model
+
+    def _head_classes(self, config) -> int:
+        return 0
 
     @torch.no_grad()
     def _init_weights(self, module: torch.nn.Module) -> None:
-        type(self).init_weights_official(module, init=hf_init)
+        # transformers' init functions leave the tensors that were loaded as they are.
+        self.init_weights_official(module, init=hf_init)
 
     def _set_gradient_checkpointing(self, enable: bool = True, *args, **kwargs) -> None:
-        self.backbone.set_grad_checkpointing(enable)
+        self.model.set_grad_checkpointing(enable)
+
+    def stage_maps(self, pixel_values: torch.Tensor, last: int):
+        """The maps of ``stage_names[:last + 1]`` (NCHW) and what the model's
+        ``forward_head`` reads after the last stage run."""
+        return self.pyramid(self.model, pixel_values, last)
+
+    @classmethod
+    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
+        """transformers' ``from_pretrained``, refusing a folder of another model type (which
+        transformers only warns about) with an error naming both."""
+        config = kwargs.get('config')
+        if not isinstance(config, PreTrainedConfig):
+            theirs = _model_type_of(pretrained_model_name_or_path, kwargs)
+            if theirs is not None and theirs != cls.config_class.model_type:
+                converted = cls._from_other_layout(theirs, pretrained_model_name_or_path,
+                                                   kwargs)
+                if converted is not None:
+                    return converted
+                raise ValueError(
+                    f'{pretrained_model_name_or_path} holds a {theirs!r} model; '
+                    f'{cls.__name__} loads {cls.config_class.model_type!r} folders '
+                    f'({cls.config_class.__name__}){cls.other_layouts_hint}')
+        wants_info = kwargs.pop('output_loading_info', False)
+        model, info = super().from_pretrained(pretrained_model_name_or_path, *args,
+                                              output_loading_info=True, **kwargs)
+        # transformers re-initialises what a folder lacks; outside a new classification stage,
+        # that is another architecture's folder (a config= of another arch, say).
+        stage = tuple(f'model.{name}.' for name, module in model.model.named_children()
+                      if module in model.model.classification_modules())
+        missing = sorted(k for k in info['missing_keys'] if not k.startswith(stage))
+        if missing:
+            raise ValueError(
+                f'{pretrained_model_name_or_path} holds the weights of another architecture: '
+                f'{len(missing)} tensors of {cls.__name__}({model.config.model_arch()}) are not '
+                f'in it ({", ".join(missing[:3])}, ...); load the folder with its own config '
+                '(from_pretrained(folder) without config=)')
+        return (model, info) if wants_info else model
+
+    other_layouts_hint = ''
+
+    @classmethod
+    def _from_other_layout(cls, model_type, name_or_path, kwargs):
+        return None
+
+
+def _model_type_of(name_or_path, kwargs) -> Optional[str]:
+    """The ``model_type`` in ``name_or_path``'s config.json, or None without one."""
+    from transformers.utils import cached_file
+    path = cached_file(str(name_or_path), 'config.json',
+                       _raise_exceptions_for_missing_entries=False,
+                       **{k: kwargs[k] for k in ('revision', 'cache_dir', 'token',
+                                                 'local_files_only') if k in kwargs})
+    if path is None:
+        return None
+    with open(path) as f:
+        return json.load(f).get('model_type')
+
+
+class _BaseModelMixin:
+    """``AutoModel``: the last stage's map, what the head reads, and with
+    ``output_hidden_states`` the map of every stage name."""
+
+    def forward(self, pixel_values: torch.Tensor, output_hidden_states: Optional[bool] = None,
+                return_dict: Optional[bool] = None, **kwargs):
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        maps, features = self.stage_maps(pixel_values, len(self.config.depths))
+        out = BaseModelOutputWithPoolingAndNoAttention(
+            last_hidden_state=maps[-1],
+            pooler_output=self.model.forward_head(features, pre_logits=True),
+            hidden_states=tuple(maps) if output_hidden_states else None)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return out if return_dict else out.to_tuple()
+
+
+class _ClassifierMixin:
+    """``AutoModelForImageClassification``: the family's model with its head
+    (``config.num_labels`` classes: 1000 for the ImageNet weights)."""
+
+    # The classifier loads the head too.
+    _keys_to_ignore_on_load_unexpected = None
+
+    def _head_classes(self, config) -> int:
+        return config.num_labels
+
+    def forward(self, pixel_values: torch.Tensor, labels: Optional[torch.Tensor] = None,
+                output_hidden_states: Optional[bool] = None, return_dict: Optional[bool] = None,
+                **kwargs):
+        if output_hidden_states is None:
+            output_hidden_states = self.config.output_hidden_states
+        if output_hidden_states:
+            maps, features = self.stage_maps(pixel_values, len(self.config.depths))
+            logits = self.model.forward_head(features)
+        else:
+            maps, logits = None, self.model(pixel_values)
+        loss = None if labels is None else self.loss_function(labels, logits, self.config)
+        out = ImageClassifierOutputWithNoAttention(
+            loss=loss, logits=logits, hidden_states=tuple(maps) if maps else None)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return out if return_dict else out.to_tuple()
+
+
+class _BackboneMixin(BackboneMixin):
+    """``AutoBackbone``: the maps of ``config.out_features`` (NCHW, contiguous); the model
+    without its classification stage, so every parameter is trained."""
+    has_attentions = False
+    prune_classification_stage = True
+    _keys_to_ignore_on_load_unexpected = [r'^(?:model\.)?(?:head|norm|cls_proj)\.']
+
+    def __init__(self, config):
+        super().__init__(config)
+        self.num_features = self.config.stage_channels()
+        self.post_init()
 
     def forward(self, pixel_values: torch.Tensor, output_hidden_states: Optional[bool] = None,
                 output_attentions: Optional[bool] = None, return_dict: Optional[bool] = None,
                 **kwargs):
-        """``BackboneOutput(feature_maps=...)``: the NCHW maps of ``out_features``;
-        ``hidden_states`` (with ``output_hidden_states``) the maps of every stage."""
+        """``BackboneOutput(feature_maps=...)``: the maps of ``out_features``;
+        ``hidden_states`` (with ``output_hidden_states``) the maps of every stage name."""
         if output_attentions:
             raise ValueError(f'{type(self).__name__} does not return attention maps '
                              '(output_attentions=True is not supported)')
-        return_dict = self.config.return_dict if return_dict is None else return_dict
         if output_hidden_states is None:
             output_hidden_states = self.config.output_hidden_states
-        if output_hidden_states:
-            maps = self.backbone.forward_intermediates(pixel_values, intermediates_only=True)
-            hidden_states = tuple(m.contiguous() for m in maps)
-            feature_maps = tuple(hidden_states[i] for i in self.out_indices)
-        else:
-            maps = self.backbone.forward_intermediates(pixel_values, indices=self.out_indices,
-                                                       intermediates_only=True)
-            feature_maps, hidden_states = tuple(m.contiguous() for m in maps), None
-        if not return_dict:
-            return (feature_maps, ) + ((hidden_states, ) if output_hidden_states else ())
-        return BackboneOutput(feature_maps=feature_maps, hidden_states=hidden_states)
+        last = len(self.stage_names) - 1 if output_hidden_states else max(self.out_indices)
+        maps = [m.contiguous() for m in self.stage_maps(pixel_values, last)[0]]
+        out = BackboneOutput(feature_maps=tuple(maps[i] for i in self.out_indices),
+                             hidden_states=tuple(maps) if output_hidden_states else None)
+        return_dict = self.config.return_dict if return_dict is None else return_dict
+        return out if return_dict else out.to_tuple()
 
 
 # ------------------------------------------------------------------------------------- CvT
-class CvTBackboneConfig(_BackboneConfig):
-    """The config of :class:`CvTBackbone` (see :class:`_BackboneConfig`); ``arch`` one of
-    ``'13'``, ``'21'``, ``'w24'`` or a dict, as :class:`~.cvt.CvTModel`.
+def cvt_pyramid(model: cvt.CvTModel, x: torch.Tensor, last: int):
+    """The stem map (stage 0's token embedding), the maps of stages 1..``last``, and the last
+    stage's normalised tokens (cls token first)."""
+    model._check_input(x, max(last - 1, 0))
+    maps = []
+    for i, stage in enumerate(model.stages[:max(last, 1)]):
+        tokens, hw = stage.patch_embed(x)
+        if i == 0:
+            maps.append(nlc_to_nchw(tokens, hw))
+            if last == 0:
+                return maps, None
+        tokens = stage.forward_tokens(tokens, hw)[0]
+        x = nlc_to_nchw(split_tokens(tokens, stage.num_cls_tokens)[1], hw)
+        maps.append(x)
+    return maps, model.norm(tokens)
 
-    Example::
 
-        >>> config = CvTBackboneConfig(arch='13', out_features=['stage1', 'stage2', 'stage3'])
-    """
-    model_type = 'cvt_mm_cvt'
+class CvTPreTrainedModel(_FamilyModel):
+    config_class = CvTConfig
     model_cls = cvt.CvTModel
-    default_arch = '13'
+    pyramid = staticmethod(cvt_pyramid)
+    init_weights_official = staticmethod(cvt.init_weights_official)
+    other_layouts_hint = " or Hugging Face's own CvT ('cvt', microsoft/cvt-*)"
 
-    def __init__(self, **kwargs):  # its own: transformers >= 5 replaces an inherited one
-        super().__init__(**kwargs)
-
-
-def _arch_of_hf_cvt(hf: dict):
-    """Our arch for Hugging Face's ``CvtConfig`` fields: the table's name where one fits."""
-    row = dict(embed_dims=list(hf['embed_dim']), num_heads=list(hf['num_heads']),
-               depths=list(hf['depth']))
-    return next((name for name, spec in cvt.ARCH_SETTINGS.items() if spec == row), row)
+    @classmethod
+    def _from_other_layout(cls, model_type, name_or_path, kwargs):
+        if model_type != 'cvt':
+            return None
+        return load_hugging_face_cvt(cls, name_or_path, kwargs)
 
 
-class CvTBackbone(_Backbone):
-    """CvT as a transformers backbone: :class:`~.cvt.CvTModel` without its classification
-    stage, returning the maps (strides 4, 8, 16) of ``config.out_features``.
+def load_hugging_face_cvt(cls, name_or_path, kwargs):
+    """A ``microsoft/cvt-*`` folder (or Hub id) into ``cls``: its config read by
+    :class:`CvTConfig`, its weights renamed by our CvT layouts."""
+    from transformers.utils import cached_file
+
+    from ..checkpoint.loading import load_pretrained
+    with open(cached_file(str(name_or_path), 'config.json')) as f:
+        theirs = json.load(f)
+    theirs.pop('architectures', None)  # CvtForImageClassification: not ours
+    config = CvTConfig.from_dict(theirs, **{k: kwargs.pop(k) for k in ('out_features',
+                                                                      'out_indices')
+                                            if k in kwargs})
+    model = cls(config)
+    weights = next((p for p in (cached_file(str(name_or_path), name,
+                                            _raise_exceptions_for_missing_entries=False)
+                                for name in ('model.safetensors', 'pytorch_model.bin')) if p),
+                   None)
+    if weights is None:
+        raise FileNotFoundError(f'{name_or_path} holds neither model.safetensors nor '
+                                'pytorch_model.bin')
+    load_pretrained(model.model, weights, 'cvt', head_prefixes=('head.', 'norm.'))
+    return model.eval()
+
+
+class CvTBaseModel(_BaseModelMixin, CvTPreTrainedModel):
+    """CvT's base model (``AutoModel``): ``last_hidden_state`` the last stage's map (stride
+    16), ``pooler_output`` its normalised cls token, ``hidden_states`` the stem's and every
+    stage's map.
 
     Example::
 
-        >>> backbone = CvTBackbone(CvTBackboneConfig(out_indices=[0, 1, 2])).eval()
+        >>> out = CvTBaseModel(CvTConfig()).eval()(torch.randn(1, 3, 224, 224))
+        >>> tuple(out.last_hidden_state.shape), tuple(out.pooler_output.shape)
+        ((1, 384, 14, 14), (1, 384))
+    """
+
+    def __init__(self, config: CvTConfig):
+        super().__init__(config)
+        self.post_init()
+
+
+class CvTForImageClassification(_ClassifierMixin, CvTPreTrainedModel):
+    """CvT with its ImageNet head (``AutoModelForImageClassification``): the logits of
+    :class:`~.cvt.CvTModel`; ``labels`` give the loss.
+
+    Example::
+
+        >>> model = CvTForImageClassification(CvTConfig(num_labels=1000)).eval()
+        >>> model(torch.randn(1, 3, 224, 224)).logits.shape
+        torch.Size([1, 1000])
+    """
+
+    def __init__(self, config: CvTConfig):
+        super().__init__(config)
+        self.post_init()
+
+
+class CvTBackbone(_BackboneMixin, CvTPreTrainedModel):
+    """CvT as a transformers backbone (``AutoBackbone``): the maps (strides 4, 4, 8, 16) of
+    ``config.out_features`` among ``stem``, ``stage1`` ... ``stage3``.
+
+    Example::
+
+        >>> backbone = CvTBackbone(CvTConfig(out_indices=[1, 2, 3])).eval()
         >>> [tuple(f.shape) for f in backbone(torch.randn(1, 3, 224, 224)).feature_maps]
         [(1, 64, 56, 56), (1, 192, 28, 28), (1, 384, 14, 14)]
     """
-    config_class = CvTBackboneConfig
-    init_weights_official = staticmethod(cvt.init_weights_official)
-
-    @classmethod
-    def from_pretrained(cls, pretrained_model_name_or_path, *args, **kwargs):
-        """transformers' ``from_pretrained``; a folder (or Hub id) of Hugging Face's own CvT
-        (``microsoft/cvt-13``, ``CvtConfig``, ``model_type`` ``cvt``) loads too, its weights
-        renamed by our CvT layouts; ``out_features``/``out_indices`` may be given then."""
-        hf = _hf_cvt_config(pretrained_model_name_or_path)
-        if hf is None:
-            return super().from_pretrained(pretrained_model_name_or_path, *args, **kwargs)
-        config = CvTBackboneConfig(arch=_arch_of_hf_cvt(hf),
-                                   num_channels=hf.get('num_channels', 3),
-                                   out_features=kwargs.pop('out_features', None),
-                                   out_indices=kwargs.pop('out_indices', None))
-        model = cls(config)
-        weights = _weights_file(pretrained_model_name_or_path)
-        load_pretrained(model.backbone, weights, 'cvt', head_prefixes=('head.', 'norm.'))
-        return model.eval()
-
-
-def _hf_cvt_config(name_or_path) -> Optional[dict]:
-    """The ``config.json`` of Hugging Face's own CvT at ``name_or_path``, else None."""
-    from transformers.utils import cached_file
-    path = cached_file(str(name_or_path), 'config.json',
-                       _raise_exceptions_for_missing_entries=False)
-    if path is None:
-        return None
-    with open(path) as f:
-        config = json.load(f)
-    return config if config.get('model_type') == 'cvt' else None
-
-
-def _weights_file(name_or_path) -> str:
-    from transformers.utils import cached_file
-    for filename in ('model.safetensors', 'pytorch_model.bin'):
-        path = cached_file(str(name_or_path), filename,
-                           _raise_exceptions_for_missing_entries=False)
-        if path is not None:
-            return path
-    raise FileNotFoundError(f'{name_or_path} holds neither model.safetensors nor '
-                            'pytorch_model.bin')
 
 
 # ------------------------------------------------------------------------------------- CMT
-class CMTBackboneConfig(_BackboneConfig):
-    """The config of :class:`CMTBackbone` (see :class:`_BackboneConfig`); ``arch`` one of
-    ``'ti'``, ``'xs'``, ``'s'``, ``'b'`` or a dict, as :class:`~.cmt.CMTModel`.
+def cmt_pyramid(model: cmt.CMTModel, x: torch.Tensor, last: int):
+    """The stem's map, the maps of stages 1..``last``, and the last stage's map."""
+    model._check_input(x, max(last - 1, 0))
+    x = model.stem(x)
+    maps = [x]
+    for stage in model.stages[:last]:
+        x = nlc_to_nchw(*stage(x))
+        maps.append(x)
+    return maps, x
 
-    Example::
 
-        >>> config = CMTBackboneConfig(arch='s', out_indices=[0, 1, 2, 3])
-    """
-    model_type = 'cvt_mm_cmt'
+class CMTPreTrainedModel(_FamilyModel):
+    config_class = CMTConfig
     model_cls = cmt.CMTModel
-    default_arch = 's'
-
-    def __init__(self, **kwargs):  # its own: transformers >= 5 replaces an inherited one
-        super().__init__(**kwargs)
-
-
-class CMTBackbone(_Backbone):
-    """CMT as a transformers backbone: :class:`~.cmt.CMTModel` without its classification
-    stage, returning the maps (strides 4, 8, 16, 32) of ``config.out_features``.
-
-    Example::
-
-        >>> backbone = CMTBackbone(CMTBackboneConfig(out_indices=[0, 1, 2, 3])).eval()
-        >>> [f.shape[1] for f in backbone(torch.randn(1, 3, 224, 224)).feature_maps]
-        [64, 128, 256, 512]
-    """
-    config_class = CMTBackboneConfig
+    pyramid = staticmethod(cmt_pyramid)
     init_weights_official = staticmethod(cmt.init_weights_official)
 
 
-for _config, _model in ((CvTBackboneConfig, CvTBackbone), (CMTBackboneConfig, CMTBackbone)):
-    AutoConfig.register(_config.model_type, _config, exist_ok=True)
-    AutoBackbone.register(_config, _model, exist_ok=True)
-    # AutoModel too: transformers 5's AutoBackbone.from_pretrained asks the Hub whether a name is
-    # a repository before it looks for a local folder, so local folders load through AutoModel.
-    AutoModel.register(_config, _model, exist_ok=True)
+class CMTBaseModel(_BaseModelMixin, CMTPreTrainedModel):
+    """CMT's base model (``AutoModel``): ``last_hidden_state`` the last stage's map (stride
+    32), ``pooler_output`` the classification stage's pooled features (1280 wide),
+    ``hidden_states`` the stem's and every stage's map.
 
-# What export_pretrained.py writes into config.json for each family.
-CONFIGS = {'cvt': CvTBackboneConfig, 'cmt': CMTBackboneConfig}
+    Example::
+
+        >>> out = CMTBaseModel(CMTConfig()).eval()(torch.randn(1, 3, 224, 224))
+        >>> tuple(out.last_hidden_state.shape), tuple(out.pooler_output.shape)
+        ((1, 512, 7, 7), (1, 1280))
+    """
+
+    def __init__(self, config: CMTConfig):
+        super().__init__(config)
+        self.post_init()
+
+
+class CMTForImageClassification(_ClassifierMixin, CMTPreTrainedModel):
+    """CMT with its ImageNet classification stage (``AutoModelForImageClassification``).
+
+    Example::
+
+        >>> model = CMTForImageClassification(CMTConfig(num_labels=1000)).eval()
+        >>> model(torch.randn(1, 3, 224, 224)).logits.shape
+        torch.Size([1, 1000])
+    """
+
+    def __init__(self, config: CMTConfig):
+        super().__init__(config)
+        self.post_init()
+
+
+class CMTBackbone(_BackboneMixin, CMTPreTrainedModel):
+    """CMT as a transformers backbone (``AutoBackbone``): the maps (strides 2, 4, 8, 16, 32)
+    of ``config.out_features`` among ``stem``, ``stage1`` ... ``stage4``.
+
+    Example::
+
+        >>> backbone = CMTBackbone(CMTConfig(out_indices=[1, 2, 3, 4])).eval()
+        >>> [f.shape[1] for f in backbone(torch.randn(1, 3, 224, 224)).feature_maps]
+        [64, 128, 256, 512]
+    """
+
+
+# The names configs and code of earlier releases use.
+CvTBackboneConfig = CvTConfig
+CMTBackboneConfig = CMTConfig
+
+# ---------------------------------------------------------------------------- registrations
+# The export tool writes each family's code and maps (remote_code.py) from this table.
+AUTO_CLASSES = {
+    'cvt': dict(AutoConfig=CvTConfig, AutoModel=CvTBaseModel, AutoBackbone=CvTBackbone,
+                AutoModelForImageClassification=CvTForImageClassification),
+    'cmt': dict(AutoConfig=CMTConfig, AutoModel=CMTBaseModel, AutoBackbone=CMTBackbone,
+                AutoModelForImageClassification=CMTForImageClassification),
+}
+
+
+def register_auto_classes() -> None:
+    """Each family's classes with transformers' Auto classes (idempotent)."""
+    autos = dict(AutoModel=AutoModel, AutoBackbone=AutoBackbone,
+                 AutoModelForImageClassification=AutoModelForImageClassification)
+    for classes in AUTO_CLASSES.values():
+        config = classes['AutoConfig']
+        AutoConfig.register(config.model_type, config, exist_ok=True)
+        for auto, model in classes.items():
+            if auto != 'AutoConfig':
+                autos[auto].register(config, model, exist_ok=True)
+
+
+register_auto_classes()

@@ -1,7 +1,7 @@
 """CvT and CMT trained through the other ecosystems' own code, on data the tests make (loss
 falls, weights change): MMPretrain's ``TIMMBackbone`` with ``cmt_s`` in an MMDetection config
-through ``tools/train.py``; transformers' UperNet, Mask2Former and RT-DETR with our Hugging Face
-backbones, and UperNet over transformers' ``TimmBackbone`` with ``cvt_13``;
+through ``tools/train.py``; transformers' UperNet, Mask2Former and RT-DETR each with our CvT-13
+and CMT-S backbones, and UperNet over transformers' ``TimmBackbone`` with ``cvt_13``;
 segmentation_models_pytorch's ``Unet('tu-cmt_s')``. The named archs at small inputs, from random
 weights, on one fixed batch (what any model can fit in a few steps)."""
 import glob
@@ -22,14 +22,14 @@ from transformers import (
 )
 
 import cvt_mm  # noqa: F401  (registers the timm models and the Hugging Face backbones)
-from cvt_mm.models.huggingface import CMTBackboneConfig, CvTBackboneConfig
+from cvt_mm.models.huggingface import CMTConfig, CvTConfig
 
 from helpers import det_user_config, run_tool, write_checkpoint
 
 # End-to-end runs of the real tools and models: left out by `make test-fast`.
 pytestmark = pytest.mark.slow
 
-STEPS = 8
+STEPS = 4
 
 
 def losses_of(path: str) -> list:
@@ -98,26 +98,41 @@ def _upernet(backbone_config, channels) -> UperNetForSemanticSegmentation:
         auxiliary_in_channels=channels))
 
 
-@pytest.mark.parametrize('backbone', ['CvTBackbone', 'TimmBackbone'])
-def test_transformers_upernet_trains_with_cvt_13(backbone):
+# Each head with CvT-13 (strides 4, 8, 16) and CMT-S (4 ... 32) through their configs; CMT's
+# biases stored for 64 px inputs.
+BACKBONES = {
+    'cvt_13': lambda **kw: CvTConfig.from_arch('13', **kw),
+    'cmt_s': lambda **kw: CMTConfig.from_arch('s', pretrain_img_size=64, **kw),
+}
+STRIDES = {'cvt_13': [4, 8, 16], 'cmt_s': [8, 16, 32]}
+
+
+@pytest.mark.parametrize('backbone', ['cvt_13', 'cmt_s', 'timm_cvt_13'])
+def test_transformers_upernet_trains(backbone):
     torch.manual_seed(0)
-    config = CvTBackboneConfig(arch='13', out_features=['stage1', 'stage2', 'stage3']) \
-        if backbone == 'CvTBackbone' else TimmBackboneConfig(backbone='cvt_13',
-                                                             out_indices=(0, 1, 2))
-    model = _upernet(config, 384)
-    assert type(model.backbone).__name__ == backbone and model.backbone.channels == [64, 192,
-                                                                                     384]
+    if backbone == 'timm_cvt_13':  # transformers' TimmBackbone over our timm model
+        config = TimmBackboneConfig(backbone='cvt_13', out_indices=(0, 1, 2))
+    else:
+        config = BACKBONES[backbone](out_features=['stage1', 'stage2', 'stage3'] + (
+            ['stage4'] if backbone == 'cmt_s' else []))
+    model = _upernet(config, 384 if 'cvt' in backbone else 256)
+    assert type(model.backbone).__name__ == ('TimmBackbone' if 'timm' in backbone
+                                             else f'{backbone[:3].upper()}Backbone'
+                                             .replace('CVT', 'CvT'))
     labels = torch.randint(0, 4, (2, 64, 64), generator=torch.Generator().manual_seed(1))
     before = weights(model.backbone)
     losses = train(model, lambda: model(pixel_values=BATCH, labels=labels).loss)
     assert_learned(losses, before, model.backbone)
 
 
-def test_transformers_mask2former_trains_with_cmt_s():
+@pytest.mark.parametrize('backbone', sorted(BACKBONES))
+def test_transformers_mask2former_trains(backbone):
     torch.manual_seed(0)
+    # Mask2Former's pixel decoder: the first map for the masks, the others multi-scale.
+    outputs = ['stem', 'stage1', 'stage2', 'stage3'] if backbone == 'cvt_13' else [
+        'stage1', 'stage2', 'stage3', 'stage4']
     model = Mask2FormerForUniversalSegmentation(Mask2FormerConfig(
-        backbone_config=CMTBackboneConfig(arch='s', model_kwargs=dict(pretrain_img_size=64),
-                                          out_indices=[0, 1, 2, 3]),
+        backbone_config=BACKBONES[backbone](out_features=outputs),
         num_labels=3, num_queries=8, hidden_dim=64, mask_feature_size=64, feature_size=64,
         encoder_layers=1, decoder_layers=3, encoder_feedforward_dim=128, dim_feedforward=128,
         num_attention_heads=4, train_num_points=256))
@@ -130,12 +145,14 @@ def test_transformers_mask2former_trains_with_cmt_s():
     assert_learned(losses, before, model.model.pixel_level_module.encoder)
 
 
-def test_transformers_rt_detr_trains_with_cmt_s():
+@pytest.mark.parametrize('backbone', sorted(BACKBONES))
+def test_transformers_rt_detr_trains(backbone):
     torch.manual_seed(0)
+    config = BACKBONES[backbone](out_features=['stage1', 'stage2', 'stage3'] if backbone ==
+                                 'cvt_13' else ['stage2', 'stage3', 'stage4'])
     model = RTDetrForObjectDetection(RTDetrConfig(
-        backbone_config=CMTBackboneConfig(arch='s', model_kwargs=dict(pretrain_img_size=64),
-                                          out_indices=[1, 2, 3]),
-        encoder_in_channels=[128, 256, 512], feat_strides=[8, 16, 32], num_labels=3, d_model=64,
+        backbone_config=config, encoder_in_channels=config.stage_channels()[-3:],
+        feat_strides=STRIDES[backbone], num_labels=3, d_model=64,
         encoder_hidden_dim=64, decoder_in_channels=[64, 64, 64], num_queries=20,
         decoder_layers=2, encoder_ffn_dim=128, decoder_ffn_dim=128, num_denoising=0,
         encode_proj_layers=[2]))

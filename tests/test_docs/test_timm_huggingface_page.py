@@ -73,6 +73,7 @@ EXPECTED = [
     r'\[128, 256, 512\] \[8, 16, 32\]',                                  # timm features
     r'\[\(1, 64, 56, 56\), \(1, 192, 28, 28\), \(1, 384, 14, 14\)\] \[64, 192, 384\]',
     r'torch.Size\(\[1, 150, 256, 256\]\)',                               # UperNet
+    r"\[\{'label': '[^']+', 'score': [0-9.e-]+\}(, \{'label'[^}]+\}){2}\]",  # Hub pipeline
     r'torch.Size\(\[1, 2, 256, 256\]\)',                                 # smp
 ]
 
@@ -96,14 +97,13 @@ def test_the_page_s_models_carry_the_cached_official_weights(user):
     out = run(textwrap.dedent('''
         import cvt_mm, timm, torch
         import segmentation_models_pytorch as smp
-        from transformers import AutoModel
-        from cvt_mm.models.huggingface import CvTBackbone
+        from cvt_mm.models.huggingface import CMTBackbone, CvTBackbone
         models = dict(
             timm_cvt=timm.create_model('cvt_13', pretrained=True),
             timm_cmt=timm.create_model('cmt_s', pretrained=True, features_only=True).model,
-            hf_cvt=CvTBackbone.from_pretrained('microsoft/cvt-13').backbone,
-            hf_cmt=AutoModel.from_pretrained('exported/cmt_s').backbone,
-            smp_cmt=smp.Unet('tu-cmt_s', encoder_weights='imagenet', classes=2).encoder.model.model)
+            hf_cvt=CvTBackbone.from_pretrained('microsoft/cvt-13').model,
+            hf_cmt=CMTBackbone.from_pretrained('exported/cmt_s').model,
+            smp_cmt=smp.Unet('tu-cmt_s.in1k', encoder_weights=True, classes=2).encoder.model.model)
         for name, model in models.items():
             torch.save(model.state_dict(), name + '.pth')
         print('saved')

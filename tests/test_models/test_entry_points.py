@@ -1,17 +1,19 @@
 """One implementation behind three entry points: the same weights and input give the same
 logits and the same pyramid, to the last bit, through the OpenMMLab backbone (built from
 MMEngine's registry, weights by ``init_cfg``), timm (``create_model`` with the file, and
-``features_only``) and Hugging Face (``AutoModel`` on the folder
-``tools/misc/export_pretrained.py`` writes, and the same folder through timm's ``local-dir:``)."""
+``features_only``) and Hugging Face (``AutoModelForImageClassification`` and the backbone on
+the folder ``tools/misc/export_pretrained.py`` writes, and the same folder through timm's
+``local-dir:``)."""
 import pytest
 import timm
 import torch
 from mmengine.registry import MODELS
-from transformers import AutoModel
+from transformers import AutoModelForImageClassification
 
 import cvt_mm  # noqa: F401  (registers everywhere)
 from cvt_mm.models import CMTModel, CvTModel
 from cvt_mm.models.export import export_pretrained
+from cvt_mm.models.huggingface import AUTO_CLASSES
 
 from layouts import cmt_to_official, cvt_to_official
 
@@ -46,11 +48,13 @@ def test_the_same_logits_and_pyramid_through_all_three(family, tmp_path):
                                       pretrained_cfg_overlay=overlay).eval()
     folder = tmp_path / 'exported'
     export_pretrained(str(path), str(folder))
-    hf = AutoModel.from_pretrained(folder).eval()
+    hf = AUTO_CLASSES[family]['AutoBackbone'].from_pretrained(folder).eval()
+    hf_classifier = AutoModelForImageClassification.from_pretrained(folder).eval()
     from_folder = timm.create_model(f'local-dir:{folder}', pretrained=True).eval()
 
     with torch.no_grad():
-        logits = [source(x), mm.classify(x), timm_model(x), from_folder(x)]
+        logits = [source(x), mm.classify(x), timm_model(x), from_folder(x),
+                  hf_classifier(x).logits]
         pyramids = [source.forward_intermediates(x, intermediates_only=True), list(mm(x)),
                     timm_features(x), list(hf(x).feature_maps)]
     for other in logits[1:]:
@@ -63,5 +67,6 @@ def test_the_same_logits_and_pyramid_through_all_three(family, tmp_path):
     # One set of modules: the three hold the same parameters under the same names.
     names = set(source.state_dict())
     assert set(timm_model.state_dict()) == names
-    assert {'backbone.' + k for k in names if not k.startswith(
+    assert {'model.' + k for k in names if not k.startswith(
         ('head.', 'norm.', 'cls_proj.'))} == set(hf.state_dict())
+    assert {'model.' + k for k in names} == set(hf_classifier.state_dict())

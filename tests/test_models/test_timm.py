@@ -58,14 +58,23 @@ def test_every_variant_is_registered_with_its_official_parameter_count():
                                                'cvt_13.in22k_ft_in1k_384']
 
 
+# The official evaluations: microsoft/CvT at 224 resizes the short side to 256 and crops, at
+# 384 resizes to 384 x 384 (no crop); cmt_pytorch resizes the short side to int(256 / 224 x
+# size) and crops. Every published tag.
+_CVT_384 = (384, 1.0, 'Resize(size=(384, 384),')
+
+
 @pytest.mark.parametrize('name,size,crop,resize', [
-    ('cvt_13', 224, 0.875, 'Resize(size=256,'),              # short side 224 / 0.875, crop
-    ('cvt_13.in1k_384', 384, 1.0, 'Resize(size=(384, 384),'),  # a plain resize at 384
-    ('cmt_ti', 160, 0.875, 'Resize(size=182,'),              # 256 / 224 x 160, crop
-    ('cmt_b', 256, 0.875, 'Resize(size=292,'),
-])
+    ('cvt_13', 224, 0.875, 'Resize(size=256,'), ('cvt_13.in1k_384', *_CVT_384),
+    ('cvt_13.in22k_ft_in1k_384', *_CVT_384), ('cvt_21', 224, 0.875, 'Resize(size=256,'),
+    ('cvt_21.in1k_384', *_CVT_384), ('cvt_21.in22k_ft_in1k_384', *_CVT_384),
+    ('cvt_w24.in22k_ft_in1k_384', *_CVT_384),
+] + [(name, size, 0.875, f'Resize(size={int(256 / 224 * size)},')
+     for name, size in (('cmt_ti', 160), ('cmt_xs', 192), ('cmt_s', 224), ('cmt_b', 256))])
 def test_resolve_data_config_gives_the_official_evaluation(name, size, crop, resize):
-    model = timm.create_model(name.split('.')[0], pretrained_cfg=(name.split('.') + [None])[1])
+    with torch.device('meta'):
+        model = timm.create_model(name.split('.')[0],
+                                  pretrained_cfg=(name.split('.') + [None])[1])
     config = resolve_data_config({}, model=model)
     assert config['input_size'] == (3, size, size) and config['crop_pct'] == crop
     assert config['interpolation'] == 'bicubic'

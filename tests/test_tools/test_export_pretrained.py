@@ -1,6 +1,7 @@
 """tools/misc/export_pretrained.py: a checkpoint of any layout we load (official, Hugging
 Face, a trained detector of our configs, a custom arch) written as one folder that timm's
-``local-dir:`` and transformers' ``AutoModel`` both load, the SHA-256 of the weights printed."""
+``local-dir:`` and transformers' Auto classes both load, the SHA-256 of the weights printed.
+(The folder without cvt_mm, through its own code: tests/test_tools/test_hub_folders.py.)"""
 import hashlib
 import json
 import re
@@ -9,12 +10,12 @@ import pytest
 import timm
 import torch
 from safetensors.torch import load_file, save_file
-from transformers import AutoModel
+from transformers import AutoModel, AutoModelForImageClassification
 
 import cvt_mm  # noqa: F401
 from cvt_mm.models import CMTModel, CvTModel
 from cvt_mm.models.export import main
-from cvt_mm.models.huggingface import CMTBackbone
+from cvt_mm.models.huggingface import CMTBackbone, CMTBaseModel, CMTForImageClassification
 
 from helpers import CONFIGS, run_tool, write_checkpoint
 from layouts import cmt_to_official, cvt_to_huggingface
@@ -42,10 +43,13 @@ def test_an_official_file_gives_a_folder_both_libraries_load(tmp_path):
     assert config['out_features'] == ['stage1', 'stage2', 'stage3', 'stage4']
     model = timm.create_model(f'local-dir:{out}', pretrained=True).eval()
     assert timm.data.resolve_data_config({}, model=model)['crop_pct'] == 0.875
-    backbone = AutoModel.from_pretrained(out).eval()
-    assert type(backbone) is CMTBackbone
+    assert type(AutoModel.from_pretrained(out)) is CMTBaseModel
+    classifier = AutoModelForImageClassification.from_pretrained(out).eval()
+    assert type(classifier) is CMTForImageClassification
+    backbone = CMTBackbone.from_pretrained(out).eval()
     with torch.no_grad():
         assert torch.equal(model(X), source(X))
+        assert torch.equal(classifier(X).logits, source(X))
         for a, b in zip(backbone(X).feature_maps, source.forward_intermediates(
                 X, intermediates_only=True)):
             assert torch.equal(a, b)
@@ -85,7 +89,8 @@ def test_a_custom_arch_needs_naming_and_then_loads_everywhere(tmp_path):
     config = json.loads((tmp_path / 'out' / 'config.json').read_text())
     assert config['model_args'] == dict(arch=arch, pretrain_img_size=[64, 64])
     model = timm.create_model(f'local-dir:{tmp_path / "out"}', pretrained=True).eval()
-    backbone = AutoModel.from_pretrained(tmp_path / 'out').eval()
+    backbone = CMTBackbone.from_pretrained(tmp_path / 'out').eval()
+    assert AutoModel.from_pretrained(tmp_path / 'out').config.embed_dims == arch['embed_dims']
     with torch.no_grad():
         assert torch.equal(model(X), source(X))
         assert torch.equal(backbone(X).feature_maps[-1],
