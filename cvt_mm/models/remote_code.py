@@ -1,7 +1,7 @@
 """The code of a Hub folder, written out of the package's own modules: each family's Hugging
 Face classes (:mod:`.huggingface`) and everything they run, as the two self-contained files
 that ``trust_remote_code=True`` loads (``configuration_cvt_mm.py``, ``modeling_cvt_mm.py``;
-imports: the standard library, torch, einops, transformers). Nothing here is a second copy: the
+imports: the standard library, torch, transformers). Nothing here is a second copy: the
 definitions are taken from the modules' source by name, following what each one uses
 (:class:`Bundle`), so the files change with the package.
 
