@@ -43,6 +43,11 @@ class _FamilyConfig(BackboneConfigMixin, PreTrainedConfig):
     # The family's arch table and stage count (class attributes, not dataclass fields).
     arch_zoo: ClassVar[dict] = {}
     num_stages: ClassVar[int] = 0
+    # Every family's (transformers' dataclass configs: annotated names are fields).
+    num_channels: int = 3
+    drop_path_rate: float = 0.1
+    _out_features: Optional[list] = None
+    _out_indices: Optional[list] = None
     per_stage = ('embed_dims', 'num_heads', 'depths')
 
     def __post_init__(self, **kwargs):
@@ -145,10 +150,6 @@ class CvTConfig(_FamilyConfig):
     embed_dims: list = (64, 192, 384)
     num_heads: list = (1, 3, 6)
     depths: list = (1, 2, 10)
-    num_channels: int = 3
-    drop_path_rate: float = 0.1
-    _out_features: Optional[list] = None
-    _out_indices: Optional[list] = None
 
     @classmethod
     def model_arch_defaults(cls) -> dict:
@@ -217,10 +218,6 @@ class CMTConfig(_FamilyConfig):
     pretrain_img_size: object = 224
     head_drop_rate: float = 0.1
     fc_channels: int = 1280
-    num_channels: int = 3
-    drop_path_rate: float = 0.1
-    _out_features: Optional[list] = None
-    _out_indices: Optional[list] = None
 
     @classmethod
     def model_arch_defaults(cls) -> dict:
