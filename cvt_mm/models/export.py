@@ -178,7 +178,7 @@ def hub_config(family: str, arch, model, model_args: dict, num_classes: int) -> 
     stage as the backbone's default outputs."""
     from .huggingface import AUTO_CLASSES
     classes = AUTO_CLASSES[family]
-    fields = dict(model_args.get('arch') or model_cls_arch(family, arch))
+    fields = dict(model_args.get('arch') or MODELS[family].arch_zoo[arch])
     if family == 'cmt':
         fields['pretrain_img_size'] = list(model.pretrain_img_size)
     labels = imagenet_labels() if num_classes == 1000 else None
@@ -194,10 +194,6 @@ def hub_config(family: str, arch, model, model_args: dict, num_classes: int) -> 
     out = config.to_dict()
     out.pop('_name_or_path', None)
     return out
-
-
-def model_cls_arch(family: str, arch: str) -> dict:
-    return dict(MODELS[family].arch_zoo[arch])
 
 
 def imagenet_labels() -> Optional[list]:

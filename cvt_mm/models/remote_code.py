@@ -82,7 +82,7 @@ class _Module:
             base = importlib.util.resolve_name('.' * node.level + (node.module or ''),
                                                self.package)
             submodule = f'{base}.{alias.name}'
-            if importlib.util.find_spec(submodule) if not node.module else False:
+            if not node.module and importlib.util.find_spec(submodule):  # from . import fast
                 self.module_aliases[bound] = submodule
             else:
                 self.imported[bound] = (base, alias.name)
