@@ -136,6 +136,8 @@ def test_the_folder_s_files_config_and_model_card(exported):
     assert imported <= {'__future__', 'torch', 'einops', 'transformers', '.configuration_cvt_mm',
                         'typing', 'math', 'functools', 'json', 'os', 'collections',
                         'contextlib'}, imported
+    # The fast paths come along (docs/timm_huggingface.md says so).
+    assert 'def sdpa_attention' in (folder / 'modeling_cvt_mm.py').read_text()
     processor = json.loads((folder / 'preprocessor_config.json').read_text())
     cfg = timm.create_model(f'local-dir:{folder}', pretrained=True).pretrained_cfg
     assert processor['size'] == {'shortest_edge': cfg['input_size'][-1]}
