@@ -24,23 +24,28 @@ PREEMPTED=75  # cvt_mm.engine.PREEMPTED_EXIT_CODE
 # child of a script leads no group, so setsid neither forks nor changes $!) and this shell
 # passes each signal on to the tasks of every step with scancel, not through srun. Without
 # scancel on PATH, SIGUSR1 goes to srun, which forwards it to its tasks (they stop on either).
+# A signal that comes between srun's start and `step=$!` (the trap runs between the two
+# commands) is kept in `pending` and passed on once srun's pid is known.
 relay() {
     relayed=1
     if command -v scancel >/dev/null; then
         echo "slurm_sbatch: SIG$1, passed on to the tasks"
         scancel --signal="$1" "$SLURM_JOB_ID"
+    elif [ -z "$step" ]; then
+        pending=$1
     else
         echo "slurm_sbatch: SIG$1, no scancel on PATH: passed on to the tasks as SIGUSR1 by srun"
-        [ -z "$step" ] || kill -s USR1 "$step"
+        kill -s USR1 "$step"
     fi
 }
-step= relayed=
+step= relayed= pending=
 trap 'relay TERM' TERM
 trap 'relay USR1' USR1
 PYTHONPATH="$ROOT:${PYTHONPATH:-}" setsid srun --kill-on-bad-exit=1 \
     "$PYTHON" -u "$ROOT/tools/train.py" "$CONFIG" --work-dir="$WORK_DIR" --launcher=slurm \
     "${@:3}" &
 step=$!
+[ -z "$pending" ] || relay "$pending"
 # `wait` returns early (> 128) when a trap has run; srun may also end while the trap runs
 # (bash then keeps its status for the next `wait`). So wait until a wait ends with no relay
 # during it: srun's own exit status.
