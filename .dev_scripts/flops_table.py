@@ -1,5 +1,5 @@
 """The FLOPs and parameters of every config under ``configs/`` beside the papers' numbers, as a
-Markdown table (docs/model_zoo.md), counted by :func:`cvt_mm.flops.get_flops` (what
+Markdown table (docs/model_zoo.md), counted by :func:`cvt_mm.apis.flops.get_flops` (what
 ``tools/analysis_tools/get_flops.py`` prints). A maintainers' script: it writes the docs.
 
     python .dev_scripts/flops_table.py            # every config: prints the table
@@ -12,7 +12,7 @@ Each config is counted at its paper's input: detection at 1280x800 (H x W, the i
 MMDetection's ``get_flops.py`` and of the papers' detection FLOPs), segmentation at 512x2048
 (MMSegmentation's convention for ADE20K), classification at the test crop of the config (the
 model's ImageNet resolution: CvT 224, CMT-Ti 160, XS 192, S 224, B 256). Two counts per config:
-ours (:func:`cvt_mm.flops.count_flops`, attention included) and mmcv's module-hook counter
+ours (:func:`cvt_mm.apis.flops.count_flops`, attention included) and mmcv's module-hook counter
 (MMDetection 2.x's tool, which the papers' detection numbers come from: no attention matrix
 products). Parameters are the trainable ones.
 
@@ -36,8 +36,8 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import torch
 
-from cvt_mm.builders import build_model_from_config, load_config, task_of
-from cvt_mm.flops import TensorForward, count_flops, get_flops, mmcv_gmacs, tensor_forward
+from cvt_mm.apis.builders import build_model_from_config, load_config, task_of
+from cvt_mm.apis.flops import TensorForward, count_flops, get_flops, mmcv_gmacs, tensor_forward
 
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
 DOCS = osp.join(ROOT, 'docs', 'model_zoo.md')

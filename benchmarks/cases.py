@@ -115,7 +115,7 @@ def train_iter_config(head: str, key: str):
     config = TRAIN_ITER_CONFIGS[head][key][1]
     if config != 'constructed':
         return our_config(config)
-    from cvt_mm.builders import load_config
+    from cvt_mm.apis.builders import load_config
     base, delta = SWIN_T_CONSTRUCTED[head]
     cfg = load_config(base)
     cfg.merge_from_dict(copy.deepcopy(delta))
@@ -163,8 +163,9 @@ def default_threads() -> int:
 def backbone_case(model_cfg: dict, size, batch: int, mode: str, path: str, compiled: bool,
                   warmup: int, runs: int, threads: int, profile: int = 0) -> dict:
     """One backbone case (run inside its own process): see the module doc."""
-    from cvt_mm.flops import count_flops
-    from cvt_mm.registry import MODELS
+    from mmengine.registry import MODELS  # where cvt_mm (imported below) registers CvT, CMT
+
+    from cvt_mm.apis.flops import count_flops
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -266,8 +267,8 @@ def train_iteration_case(config, size, iters: int, threads: int, profile: int = 
     """
     from mmengine.optim import build_optim_wrapper
 
-    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch, task_of
-    from cvt_mm.flops import count_flops
+    from cvt_mm.apis.builders import build_model_from_config, load_config, synthetic_batch, task_of
+    from cvt_mm.apis.flops import count_flops
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
@@ -325,7 +326,7 @@ def classification_step_case(config: str, batch_size: int, size: Optional[int], 
     dataloader workers, are not included."""
     from mmengine.optim import build_optim_wrapper
 
-    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch
+    from cvt_mm.apis.builders import build_model_from_config, load_config, synthetic_batch
 
     if batch_size < 1 or iters < 1 or warmup < 0:
         raise ValueError(f'need batch_size >= 1, iters >= 1, warmup >= 0; got {batch_size}, '

@@ -24,7 +24,7 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   ``bash tools/misc/cpu_malloc.sh python tools/analysis_tools/benchmark.py cls-step ...`` to
   time it with the launchers' allocator setting).
 
-Per case: ``GFLOP`` counted by :func:`cvt_mm.flops.count_flops` in one untimed pass (a
+Per case: ``GFLOP`` counted by :func:`cvt_mm.apis.flops.count_flops` in one untimed pass (a
 multiply-add is 2 FLOPs; attention included; mmcv's RoIAlign and the like not counted),
 the median time over the timed runs after the warm-up, ``GFLOP/s`` = work over time, and
 ``--profile N`` the N operators with the most self CPU time, forward and backward apart,

@@ -134,16 +134,12 @@ class EntryPoint(torch.nn.Module):
         else:
             from transformers import AutoBackbone
 
-            from cvt_mm.models import fast
             from cvt_mm.models.huggingface import AUTO_CLASSES
             config = AUTO_CLASSES[family]['AutoConfig'](
                 arch=cfg['arch'], model_kwargs=cfg['model_kwargs'],
                 out_indices=[i + 1 for i in cfg['out_indices']])  # stage_names[0] is the stem
-            fast.set_fast_paths(cfg['fast_paths'])  # the switch models read when built
-            try:
-                self.model = AutoBackbone.from_config(config)
-            finally:
-                fast.set_fast_paths(None)
+            self.model = AutoBackbone.from_config(config)
+            self.model.set_fast_paths(cfg['fast_paths'])
 
     def forward(self, x: torch.Tensor) -> tuple:
         if self.via == 'timm':

@@ -2,9 +2,12 @@
 changes without which they fail on the supported stack; :func:`cvt_mm.setup_process` makes
 the rest, for our tools and for users who ask. Each check runs in a fresh interpreter."""
 import json
+import os.path as osp
 import subprocess
 import sys
 import textwrap
+
+import pytest
 
 from helpers import ROOT
 
@@ -113,6 +116,8 @@ def test_import_loads_nothing_the_registries_it_registers_in_do_not():
     assert ours - toolboxes == set()
 
 
+# What `import cvt_mm` loads, whether it registered the engine's parts, and what importing
+# the tools' support package adds of its modules.
 LOADED = textwrap.dedent('''
     import json, sys
     import cvt_mm  # noqa: F401
@@ -120,26 +125,55 @@ LOADED = textwrap.dedent('''
     found = [registry.get(name) is not None for registry, name in (
         (MODEL_WRAPPERS, 'CPUDistributedDataParallel'),
         (OPTIM_WRAPPER_CONSTRUCTORS, 'BackboneLayerDecayOptimWrapperConstructor'))]
-    print(json.dumps([sorted(sys.modules), found]))
+    loaded = sorted(sys.modules)
+    import cvt_mm.apis  # noqa: F401
+    apis_loads = sorted(name for name in sys.modules if name.startswith('cvt_mm.apis.'))
+    print(json.dumps(dict(loaded=loaded, found=found, apis_loads=apis_loads)))
 ''')
 
 # What the tools load to launch a run, and what only the tools and benchmarks use.
-LAUNCH_MODULES = {f'cvt_mm.engine.{name}' for name in (
-    'allocator', 'launch', 'layer_decay')}
-TOOL_MODULES = {'cvt_mm.builders', 'cvt_mm.flops', 'cvt_mm.deployment', 'cvt_mm.visualization',
-                'benchmarks'}
+LAUNCH_MODULES = {'cvt_mm.engine.launch', 'cvt_mm.engine.layer_decay'}
+TOOL_SUPPORT = 'cvt_mm.apis'  # the package of builders, flops, deployment, visualization
+TOOL_MODULES = {'benchmarks'}
 MODEL_ZOOS = {'mmdet.models', 'mmseg.models', 'mmpretrain.models', 'matplotlib'}
 
 
-def test_import_loads_no_launch_module_and_no_toolbox_model_zoo():
+@pytest.fixture(scope='module')
+def after_import():
+    """One fresh interpreter's LOADED record (an interpreter importing the stack takes ~9 s)."""
+    return json.loads(_run(LOADED).splitlines()[-1])
+
+
+def module_file(name: str) -> str:
+    path = osp.join(ROOT, *name.split('.'))
+    return osp.join(path, '__init__.py') if osp.isdir(path) else path + '.py'
+
+
+def test_the_modules_named_here_exist():
+    """A module renamed or removed would make the checks below pass for nothing."""
+    names = LAUNCH_MODULES | TOOL_MODULES | {f'{TOOL_SUPPORT}.{name}' for name in (
+        'builders', 'flops', 'deployment', 'visualization')}
+    assert [name for name in sorted(names) if not osp.isfile(module_file(name))] == []
+
+
+def test_import_loads_no_launch_module_and_no_toolbox_model_zoo(after_import):
     """A plugin registers: ``import cvt_mm`` loads neither what launching a run needs (the
     tools import it) nor MMDetection's, MMSegmentation's or MMPretrain's model zoos (with
     matplotlib), which an MMSegmentation user would otherwise load for MMDetection's sake; the
     types configs name are registered all the same (layer decay's class, which needs
     MMPretrain's engine and through it both zoos, is imported when a config builds it)."""
-    loaded, found = json.loads(_run(LOADED).splitlines()[-1])
-    assert set(loaded) & (LAUNCH_MODULES | TOOL_MODULES | MODEL_ZOOS) == set()
-    assert found == [True, True]
+    assert set(after_import['loaded']) & (LAUNCH_MODULES | TOOL_MODULES | MODEL_ZOOS) == set()
+    assert after_import['found'] == [True, True]
+
+
+def test_import_loads_no_tool_support_module(after_import):
+    """The tools' support (a config's whole model, FLOPs, ONNX export, drawing) is
+    :mod:`cvt_mm.apis`, which ``import cvt_mm`` does not load; its package loads none of its
+    modules, so a tool loads only the one it imports."""
+    tool_support = [name for name in after_import['loaded']
+                    if name == TOOL_SUPPORT or name.startswith(TOOL_SUPPORT + '.')]
+    assert tool_support == []
+    assert after_import['apis_loads'] == []
 
 
 RESUME_STATE = textwrap.dedent('''

@@ -26,7 +26,7 @@ def test_cvt_mm_keeps_the_classification_configs_working():
 import transformers
 assert transformers.__version__.startswith('5.'), transformers.__version__
 import cvt_mm
-from cvt_mm.builders import build_model_from_config
+from cvt_mm.apis.builders import build_model_from_config
 model = build_model_from_config('configs/imagenet_cvt13_300e_in1k.py')
 print(type(model).__name__, type(model.backbone).__name__)
 '''

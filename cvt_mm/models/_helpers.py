@@ -1,6 +1,7 @@
 """What the CvT and CMT models share beyond their layers: argument checks that name what is
 allowed, the arch tables (:func:`resolve_arch`), the official ViT initialisation, the checks of
-an input image, and stage indices in timm's convention (:func:`take_indices`).
+an input image, the per-model choice of the fast paths (:func:`set_leaf_fast_paths`), and stage
+indices in timm's convention (:func:`take_indices`).
 """
 from __future__ import annotations
 
@@ -11,7 +12,8 @@ from torch import nn
 from torch.nn.modules.batchnorm import _BatchNorm
 
 __all__ = ['check_choice', 'check_int', 'resolve_arch', 'vit_init_', 'check_image',
-           'batchnorm_trains', 'check_batchnorm_statistics', 'take_indices']
+           'batchnorm_trains', 'set_leaf_fast_paths', 'check_batchnorm_statistics',
+           'take_indices']
 
 
 def check_choice(name: str, value, allowed) -> None:
@@ -136,6 +138,23 @@ def batchnorm_trains(model: nn.Module) -> bool:
     """Whether a BatchNorm of ``model`` normalises with batch statistics (is in training
     mode)."""
     return any(isinstance(m, _BatchNorm) and m.training for m in model.modules())
+
+
+def set_leaf_fast_paths(model: nn.Module, enable: bool) -> None:
+    """Turn the fast paths of ``model``'s leaves on or off: every module with a ``fast_path``
+    attribute (the blocks that read :func:`~.fast.use_fast_paths` when built, as timm's
+    attention reads ``use_fused_attn()`` into ``fused_attn``) gets ``enable``. The weights
+    stay as they are; only which code the next forward runs changes.
+
+    Args:
+        model (nn.Module): a model, or any module holding such leaves.
+        enable (bool): ``True`` for the fast paths, ``False`` for the formulas as written.
+    """
+    if not isinstance(enable, bool):
+        raise ValueError(f'set_fast_paths takes True or False, got {enable!r}')
+    for module in model.modules():
+        if hasattr(module, 'fast_path'):
+            module.fast_path = enable
 
 
 def check_batchnorm_statistics(owner: str, batch: int, smallest_map: Sequence[int],

@@ -14,7 +14,9 @@ same way, so the key grid is ``ceil(h / sr) x ceil(w / sr)``. At multiples of 32
 padded: the official computation exactly. ``relative_pos`` (a full ``(heads, Nq, Nk)`` bias per
 stage) is stored for the grids of ``pretrain_img_size`` and resized bicubically to each input's
 (:mod:`.pos_embed_rel`; on the fast path
-:class:`~.fast.relative_position_bias.RelativePositionBias`).
+:class:`~.fast.relative_position_bias.RelativePositionBias`). Whether a block takes its fast
+path is its own ``fast_path`` attribute, read from :func:`~.fast.use_fast_paths` when built
+and set per model by :meth:`CMTModel.set_fast_paths`.
 
 In this file: the blocks, the model (:class:`CMTModel`, timm's API), the OpenMMLab backbone
 (:class:`CMT`, ``type='CMT'``), the arch table, the checkpoint layouts, and the timm entry
@@ -29,7 +31,6 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
-from . import fast
 from ._helpers import (
     batchnorm_trains,
     check_batchnorm_statistics,
@@ -37,6 +38,7 @@ from ._helpers import (
     check_image,
     check_int,
     resolve_arch,
+    set_leaf_fast_paths,
     take_indices,
     vit_init_,
 )
@@ -48,8 +50,8 @@ from ._registry import (
     timm_pretrained_cfg,
 )
 from .backbone import PyramidBackbone
+from .fast import use_fast_paths
 from .fast.attention import sdpa_attention
-from .fast.recomputation import run_blocks
 from .fast.relative_position_bias import RelativePositionBias
 from .layers import (
     ResidualDropPath,
@@ -62,6 +64,7 @@ from .layers import (
     stochastic_depth_rates,
 )
 from .pos_embed_rel import interpolate_relative_pos, resample_checkpoint_bias
+from .recomputation import run_blocks
 
 __all__ = ['CMTModel', 'CMT', 'ARCH_SETTINGS', 'checkpoint_filter_fn', 'cmt_ti', 'cmt_xs',
            'cmt_s', 'cmt_b']
@@ -174,14 +177,16 @@ class PatchEmbed(nn.Module):
 
 class LMHSA(nn.Module):
     """Lightweight multi-head self-attention: keys/values from a depth-wise-reduced map, plus
-    the stage's relative position bias."""
+    the stage's relative position bias. ``fast_path`` (read from :func:`~.fast.use_fast_paths`
+    when built): the fused ``sdpa_attention`` instead of ``softmax(q kᵀ * scale + bias) v`` as
+    written."""
 
-    def __init__(self, dim: int, num_heads: int, sr_ratio: int, fast_paths: bool = True):
+    def __init__(self, dim: int, num_heads: int, sr_ratio: int):
         super().__init__()
         self.num_heads = num_heads
         self.scale = (dim // num_heads) ** -0.5
         self.sr_ratio = sr_ratio
-        self.fast_paths = fast_paths
+        self.fast_path = use_fast_paths()
         self.q = nn.Linear(dim, dim)
         self.k = nn.Linear(dim, dim)
         self.v = nn.Linear(dim, dim)
@@ -198,7 +203,7 @@ class LMHSA(nn.Module):
         k = split_heads(self.k(kv), self.num_heads)
         v = split_heads(self.v(kv), self.num_heads)
         # TorchScript takes the formula: the fused path's autograd Function is not scriptable.
-        if not torch.jit.is_scripting() and self.fast_paths:
+        if not torch.jit.is_scripting() and self.fast_path:
             x = sdpa_attention(q, k, v, self.scale, bias=bias)
         else:
             scores = torch.matmul(q, k.transpose(-2, -1)) * self.scale + bias.to(q.dtype)
@@ -228,11 +233,11 @@ class CMTBlock(nn.Module):
     """Local perception unit (residual 3x3 depth-wise conv), LMHSA and IRFFN."""
 
     def __init__(self, dim: int, num_heads: int, mlp_ratio: float, sr_ratio: int,
-                 drop_path: float, fast_paths: bool):
+                 drop_path: float):
         super().__init__()
         self.lpu = nn.Conv2d(dim, dim, 3, padding=1, groups=dim)
         self.norm1 = nn.LayerNorm(dim, eps=1e-6)
-        self.attn = LMHSA(dim, num_heads, sr_ratio, fast_paths)
+        self.attn = LMHSA(dim, num_heads, sr_ratio)
         self.norm2 = nn.LayerNorm(dim, eps=1e-6)
         self.ffn = IRFFN(dim, int(dim * mlp_ratio))
         self.drop_path = ResidualDropPath(drop_path)
@@ -249,13 +254,15 @@ class CMTStage(nn.Module):
     map in; (B, h*w, C) tokens and (h, w) out.
 
     ``relative_pos`` is stored for ``query_grid`` x ``key_grid`` and resized to the grids of
-    each input (:meth:`relative_pos_for`).
+    each input (:meth:`relative_pos_for`). ``fast_path`` (read from
+    :func:`~.fast.use_fast_paths` when built): ``position_bias`` resizes (matrix products),
+    caches in eval mode and, under ``selective_cp``, recomputes the resized bias in the
+    backward; without it, ``F.interpolate`` and no cache.
     """
 
     def __init__(self, in_channels: int, dim: int, depth: int, num_heads: int,
                  mlp_ratio: float, sr_ratio: int, drop_paths: Sequence[float],
-                 query_grid: Grid, key_grid: Grid, fast_paths: bool, selective_cp: bool,
-                 bias_cache_size: int):
+                 query_grid: Grid, key_grid: Grid, selective_cp: bool, bias_cache_size: int):
         super().__init__()
         self.patch_embed = PatchEmbed(in_channels, dim)
         self.query_grid, self.key_grid = tuple(query_grid), tuple(key_grid)
@@ -263,19 +270,21 @@ class CMTStage(nn.Module):
         # The official init (unit normal), not a small std: the trained biases are O(1).
         self.relative_pos = nn.Parameter(
             torch.randn(num_heads, query_grid[0] * query_grid[1], key_grid[0] * key_grid[1]))
-        # Fast path: matrix resize, eval cache, recomputation (it holds no state).
+        # The fast path's resize, eval cache and recomputation. Built whatever fast_path says, so
+        # that set_fast_paths can turn it on: it holds no parameter or buffer, and the
+        # checkpoint keys stay those of the official layout.
         self.position_bias = RelativePositionBias(
-            query_grid, key_grid, bias_cache_size,
-            recompute_in_backward=selective_cp) if fast_paths else None
+            query_grid, key_grid, bias_cache_size, recompute_in_backward=selective_cp)
+        self.fast_path = use_fast_paths()
         self.blocks = nn.ModuleList(
-            CMTBlock(dim, num_heads, mlp_ratio, sr_ratio, dp, fast_paths) for dp in drop_paths)
+            CMTBlock(dim, num_heads, mlp_ratio, sr_ratio, dp) for dp in drop_paths)
         self.grad_checkpointing = False
         self.selective_cp = selective_cp
 
     def relative_pos_for(self, query_grid: Grid, key_grid: Grid) -> torch.Tensor:
         """The bias for the given grids (the parameter itself at the stored grids). TorchScript
         takes the reference resize: the fast path's cache is Python state."""
-        if not torch.jit.is_scripting() and self.position_bias is not None:
+        if not torch.jit.is_scripting() and self.fast_path:
             return self.position_bias(self.relative_pos, query_grid, key_grid)
         return interpolate_relative_pos(self.relative_pos, self.query_grid, self.key_grid,
                                         query_grid, key_grid)
@@ -288,7 +297,7 @@ class CMTStage(nn.Module):
             for block in self.blocks:
                 x = block(x, hw, bias)
             return x, hw
-        if self.position_bias is None:
+        if not self.fast_path:
             return run_blocks(self.blocks, x, hw, bias, with_cp=self.grad_checkpointing,
                               selective_cp=self.selective_cp), hw
         with self.position_bias.recomputed_in_backward(bias, self.relative_pos, hw, key_grid):
@@ -352,9 +361,10 @@ class CMTModel(nn.Module):
             ``False``. Default False.
         bias_cache_size (int): resized biases kept per stage in eval mode on the fast path
             (input sizes, LRU). Default 2.
-        fast_paths (bool, optional): the fast paths of :mod:`cvt_mm.models.fast`; ``False``
-            computes the formulas as written; None follows :func:`~.fast.use_fast_paths`.
-            Default None.
+        fast_paths (bool, optional): the fast paths of :mod:`cvt_mm.models.fast` (``True``) or
+            the formulas as written (``False``), set after building by :meth:`set_fast_paths`;
+            None leaves each block with what :func:`~.fast.use_fast_paths` said when it was
+            built. Default None.
 
     Example::
 
@@ -408,7 +418,6 @@ class CMTModel(nn.Module):
         self.in_chans = in_chans
         self.num_classes = num_classes
         self.global_pool = global_pool
-        self.fast_paths = fast.use_fast_paths() if fast_paths is None else bool(fast_paths)
         self.grad_checkpointing = False
 
         stem = cfg['stem_channels']
@@ -425,8 +434,7 @@ class CMTModel(nn.Module):
             self.stages.append(CMTStage(
                 channels, self.embed_dims[i], self.depths[i], cfg['num_heads'][i],
                 cfg['mlp_ratio'], cfg['sr_ratios'][i], drop_paths[i], *grids[i],
-                fast_paths=self.fast_paths, selective_cp=selective_cp,
-                bias_cache_size=bias_cache_size))
+                selective_cp=selective_cp, bias_cache_size=bias_cache_size))
             channels = self.embed_dims[i]
             self.feature_info.append(dict(num_chs=channels, reduction=2 ** (i + 2),
                                           module=f'stages.{i}'))
@@ -439,6 +447,8 @@ class CMTModel(nn.Module):
         self.head = nn.Linear(self.head_hidden_size, num_classes) if num_classes \
             else nn.Identity()
         self.reset_parameters()
+        if fast_paths is not None:
+            self.set_fast_paths(fast_paths)
 
     def reset_parameters(self) -> None:
         """The official initialisation (:func:`init_weights_official`)."""
@@ -482,6 +492,14 @@ class CMTModel(nn.Module):
         self.grad_checkpointing = enable
         for stage in self.stages:
             stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def set_fast_paths(self, enable: bool = True) -> None:
+        """Run this model on the fast paths (fused attention; the bias's matrix resize, cache
+        and recomputation) or, with ``False``, on the formulas as written, whatever
+        :func:`~.fast.use_fast_paths` said when it was built
+        (:func:`~._helpers.set_leaf_fast_paths`)."""
+        set_leaf_fast_paths(self, enable)
 
     @torch.jit.ignore
     def get_classifier(self) -> nn.Module:

@@ -25,7 +25,6 @@ import torch
 from torch import nn
 
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
-from . import fast
 from ._helpers import (
     batchnorm_trains,
     check_batchnorm_statistics,
@@ -33,6 +32,7 @@ from ._helpers import (
     check_image,
     check_int,
     resolve_arch,
+    set_leaf_fast_paths,
     take_indices,
     vit_init_,
 )
@@ -44,9 +44,9 @@ from ._registry import (
     timm_pretrained_cfg,
 )
 from .backbone import PyramidBackbone
+from .fast import use_fast_paths
 from .fast.attention import sdpa_attention
-from .fast.quick_gelu import FusedQuickGELU
-from .fast.recomputation import run_blocks
+from .fast.quick_gelu import fused_quick_gelu
 from .layers import (
     FP32LayerNorm,
     QuickGELU,
@@ -58,6 +58,7 @@ from .layers import (
     split_tokens,
     stochastic_depth_rates,
 )
+from .recomputation import run_blocks
 
 __all__ = ['CvTModel', 'CvT', 'ARCH_SETTINGS', 'checkpoint_filter_fn', 'cvt_13', 'cvt_21',
            'cvt_w24']
@@ -136,16 +137,18 @@ class ConvAttention(nn.Module):
     """Multi-head attention over convolutional projections of the token map.
 
     ``num_cls_tokens`` leading tokens (the cls token) skip the convolutions and are
-    concatenated in front of q, k and v after them.
+    concatenated in front of q, k and v after them. ``fast_path`` (read from
+    :func:`~.fast.use_fast_paths` when built): the fused ``sdpa_attention`` instead of
+    ``softmax(q kᵀ * scale) v`` as written.
     """
 
-    def __init__(self, dims: int, num_heads: int, stride_kv: int = 2, fast_paths: bool = True):
+    def __init__(self, dims: int, num_heads: int, stride_kv: int = 2):
         super().__init__()
         self.num_heads = num_heads
         # The official model scales by the full width, not the per-head width; the published
         # weights depend on it.
         self.scale = dims ** -0.5
-        self.fast_paths = fast_paths
+        self.fast_path = use_fast_paths()
         self.conv_proj_q = ConvProjection(dims, stride=1)
         self.conv_proj_k = ConvProjection(dims, stride=stride_kv)
         self.conv_proj_v = ConvProjection(dims, stride=stride_kv)
@@ -168,7 +171,7 @@ class ConvAttention(nn.Module):
         k = split_heads(self.proj_k(k), self.num_heads)
         v = split_heads(self.proj_v(v), self.num_heads)
         # TorchScript takes the formula: the fused path's autograd Function is not scriptable.
-        if not torch.jit.is_scripting() and self.fast_paths:
+        if not torch.jit.is_scripting() and self.fast_path:
             x = sdpa_attention(q, k, v, self.scale)
         else:
             x = (torch.matmul(q, k.transpose(-2, -1)) * self.scale).softmax(dim=-1) @ v
@@ -176,28 +179,34 @@ class ConvAttention(nn.Module):
 
 
 class Mlp(nn.Module):
-    """``fc2(QuickGELU(fc1(x)))``, the activation of the official weights."""
+    """``fc2(QuickGELU(fc1(x)))``, the activation of the official weights. ``fast_path`` (read
+    from :func:`~.fast.use_fast_paths` when built): QuickGELU as ``fused_quick_gelu``."""
 
-    def __init__(self, dims: int, hidden_dims: int, fast_paths: bool = True):
+    def __init__(self, dims: int, hidden_dims: int):
         super().__init__()
         self.fc1 = nn.Linear(dims, hidden_dims)
-        self.act = FusedQuickGELU() if fast_paths else QuickGELU()
+        self.act = QuickGELU()
         self.fc2 = nn.Linear(hidden_dims, dims)
+        self.fast_path = use_fast_paths()
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.fc2(self.act(self.fc1(x)))
+        x = self.fc1(x)
+        # TorchScript takes the formula: the fused path's autograd Function is not scriptable.
+        if not torch.jit.is_scripting() and self.fast_path:
+            return self.fc2(fused_quick_gelu(x))
+        return self.fc2(self.act(x))
 
 
 class CvTBlock(nn.Module):
     """Pre-norm transformer block with convolutional attention."""
 
-    def __init__(self, dims: int, num_heads: int, drop_path: float, fast_paths: bool):
+    def __init__(self, dims: int, num_heads: int, drop_path: float):
         super().__init__()
         self.norm1 = FP32LayerNorm(dims, eps=1e-5)
-        self.attn = ConvAttention(dims, num_heads, fast_paths=fast_paths)
+        self.attn = ConvAttention(dims, num_heads)
         self.drop_path = ResidualDropPath(drop_path)
         self.norm2 = FP32LayerNorm(dims, eps=1e-5)
-        self.mlp = Mlp(dims, dims * MLP_RATIO, fast_paths)
+        self.mlp = Mlp(dims, dims * MLP_RATIO)
 
     def forward(self, x: torch.Tensor, hw: Tuple[int, int], num_cls_tokens: int) -> torch.Tensor:
         x = self.drop_path(x, self.attn(self.norm1(x), hw, num_cls_tokens))
@@ -210,14 +219,14 @@ class CvTStage(nn.Module):
     ``forward_tokens(*patch_embed(x))``, for a caller that wants the embedded map itself."""
 
     def __init__(self, index: int, in_channels: int, dims: int, num_heads: int, depth: int,
-                 drop_path_rates: Sequence[float], with_cls_token: bool, fast_paths: bool):
+                 drop_path_rates: Sequence[float], with_cls_token: bool):
         super().__init__()
         self.patch_embed = ConvTokenEmbed(in_channels, dims, PATCH_KERNELS[index],
                                           PATCH_STRIDES[index], PATCH_PADDINGS[index])
         self.cls_token = nn.Parameter(torch.zeros(1, 1, dims)) if with_cls_token else None
         self.num_cls_tokens = int(with_cls_token)
         self.blocks = nn.ModuleList(
-            CvTBlock(dims, num_heads, drop_path_rates[j], fast_paths) for j in range(depth))
+            CvTBlock(dims, num_heads, drop_path_rates[j]) for j in range(depth))
         self.grad_checkpointing = False
 
     def forward(self, x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, int]]:
@@ -289,9 +298,10 @@ class CvTModel(nn.Module):
         drop_path_rate (float | Sequence[float]): stochastic depth of the last stage (the
             official recipe: 0 / 0 / 0.1, rising linearly within the stage), or three
             per-stage rates. Default 0.1.
-        fast_paths (bool, optional): the fused kernels of :mod:`cvt_mm.models.fast`; ``False``
-            computes the formulas as written; None follows :func:`~.fast.use_fast_paths`.
-            Default None.
+        fast_paths (bool, optional): the fused kernels of :mod:`cvt_mm.models.fast` (``True``)
+            or the formulas as written (``False``), set after building by
+            :meth:`set_fast_paths`; None leaves each block with what
+            :func:`~.fast.use_fast_paths` said when it was built. Default None.
 
     Example::
 
@@ -326,7 +336,6 @@ class CvTModel(nn.Module):
         self.in_chans = in_chans
         self.num_classes = num_classes
         self.global_pool = global_pool
-        self.fast_paths = fast.use_fast_paths() if fast_paths is None else bool(fast_paths)
         self.grad_checkpointing = False
         rates = stage_drop_path_rates(drop_path_rate, self.depths)
 
@@ -336,8 +345,7 @@ class CvTModel(nn.Module):
         for i in range(NUM_STAGES):
             self.stages.append(
                 CvTStage(i, channels, self.embed_dims[i], self.num_heads[i], self.depths[i],
-                         rates[i], with_cls_token=i == NUM_STAGES - 1,
-                         fast_paths=self.fast_paths))
+                         rates[i], with_cls_token=i == NUM_STAGES - 1))
             channels, reduction = self.embed_dims[i], reduction * PATCH_STRIDES[i]
             self.feature_info.append(dict(num_chs=channels, reduction=reduction,
                                           module=f'stages.{i}'))
@@ -348,6 +356,8 @@ class CvTModel(nn.Module):
         self.head_drop = nn.Dropout(drop_rate)
         self.head = nn.Linear(self.num_features, num_classes) if num_classes else nn.Identity()
         self.reset_parameters()
+        if fast_paths is not None:
+            self.set_fast_paths(fast_paths)
 
     def reset_parameters(self) -> None:
         """The official initialisation (:func:`init_weights_official`)."""
@@ -381,6 +391,13 @@ class CvTModel(nn.Module):
         self.grad_checkpointing = enable
         for stage in self.stages:
             stage.grad_checkpointing = enable
+
+    @torch.jit.ignore
+    def set_fast_paths(self, enable: bool = True) -> None:
+        """Run this model on the fast paths (fused attention and QuickGELU) or, with ``False``,
+        on the formulas as written, whatever :func:`~.fast.use_fast_paths` said when it was
+        built (:func:`~._helpers.set_leaf_fast_paths`)."""
+        set_leaf_fast_paths(self, enable)
 
     @torch.jit.ignore
     def get_classifier(self) -> nn.Module:
@@ -602,5 +619,4 @@ register_mmengine(CvT)
 # Leaves of timm's fx tracing (torchvision's feature extraction): each reads sizes as ints,
 # or runs an autograd Function, so it is kept as one call or module.
 register_timm(__name__, [cvt_13, cvt_21, cvt_w24], PRETRAINED_CFGS,
-              notrace_functions=[check_cvt_input, nlc_to_nchw, sdpa_attention],
-              notrace_modules=[FusedQuickGELU])
+              notrace_functions=[check_cvt_input, nlc_to_nchw, sdpa_attention, fused_quick_gelu])

@@ -93,6 +93,12 @@ class _FamilyModel(PreTrainedModel):
     def _set_gradient_checkpointing(self, enable: bool = True, *args, **kwargs) -> None:
         self.model.set_grad_checkpointing(enable)
 
+    def set_fast_paths(self, enable: bool = True) -> None:
+        """The fast paths (``True``) or the formulas as written (``False``) for this model,
+        whatever ``use_fast_paths()`` said when it was built (the family model's
+        ``set_fast_paths``)."""
+        self.model.set_fast_paths(enable)
+
     def stage_maps(self, pixel_values: torch.Tensor, last: int):
         """The maps of ``stage_names[:last + 1]`` (NCHW) and what the model's
         ``forward_head`` reads after the last stage run."""

@@ -4,7 +4,7 @@ embedding resampling (``timm.layers.pos_embed_rel``) beside, not inside, its mod
 
 * :func:`interpolate_relative_pos`: the reference resize, ``F.interpolate`` (bicubic) over the
   key grid, then over the query grid. (The fast path computes the same linear map as matrix
-  products: :func:`~.fast.matrix_resize.resize_relative_pos`.)
+  products: :func:`~.matrix_resize.resize_relative_pos`.)
 * :func:`resample_checkpoint_bias`: a checkpoint's bias, trained on square images at another
   resolution, resized once to the grids a model stores.
 """
@@ -18,7 +18,7 @@ import torch.nn.functional as F
 
 from ..checkpoint.io import CheckpointError
 from ..checkpoint.loading import log
-from .fast.matrix_resize import resize_relative_pos
+from .matrix_resize import resize_relative_pos
 
 __all__ = ['interpolate_relative_pos', 'square_grids_from_shape', 'resample_checkpoint_bias']
 

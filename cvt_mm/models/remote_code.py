@@ -33,8 +33,8 @@ MODELING_FILE = 'modeling_cvt_mm.py'
 # says so: they read checkpoint layouts the folder does not need.
 PACKAGE_ONLY = ('load_hugging_face_cvt', 'timm_checkpoint_filter', 'resample_checkpoint_bias')
 # The package's modules a Hub folder's code may come from (the models need only torch).
-_ALLOWED = re.compile(r'^cvt_mm\.models\.(?:cvt|cmt|layers|_helpers|pos_embed_rel|'
-                      r'huggingface(?:_config)?|fast(?:\.\w+)?)$')
+_ALLOWED = re.compile(r'^cvt_mm\.models\.(?:cvt|cmt|layers|_helpers|pos_embed_rel|matrix_resize|'
+                      r'recomputation|huggingface(?:_config)?|fast(?:\.\w+)?)$')
 _BUILTINS = set(dir(builtins))
 Need = Tuple[str, str]  # (module name, top-level name)
 
@@ -82,7 +82,7 @@ class _Module:
             base = importlib.util.resolve_name('.' * node.level + (node.module or ''),
                                                self.package)
             submodule = f'{base}.{alias.name}'
-            if not node.module and importlib.util.find_spec(submodule):  # from . import fast
+            if not node.module and importlib.util.find_spec(submodule):  # from . import cvt
                 self.module_aliases[bound] = submodule
             else:
                 self.imported[bound] = (base, alias.name)
@@ -164,7 +164,7 @@ class Bundle:
             start = min([node.lineno] + [d.lineno for d in getattr(node, 'decorator_list', [])]) - 1
             lines = mod.source.splitlines()[start:node.end_lineno]
             text = '\n'.join(lines) + '\n'
-            # ``fast.use_fast_paths()`` -> ``use_fast_paths()``: one namespace here.
+            # ``cvt.CvTModel`` -> ``CvTModel``: one namespace here.
             for alias in mod.module_aliases:
                 text = re.sub(rf'(?<![\w.]){alias}\.(?=[A-Za-z_])', '', text)
             parts.append(text)

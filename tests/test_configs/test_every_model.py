@@ -167,7 +167,7 @@ def test_trains_evaluates_exports_and_counts_through_the_tools(base, tiny_data, 
 
     # ... and the FLOPs of the model trained, attention counted (get_flops.py's count, its
     # command line parsed by the tool).
-    from cvt_mm.flops import get_flops
+    from cvt_mm.apis.flops import get_flops
     args = load_tool('analysis_tools/get_flops').parse_args(
         [config, '--shape', '96', *(['--cfg-options', *depth] if depth else [])])
     model_config = repo_config(args.config)

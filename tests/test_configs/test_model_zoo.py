@@ -10,7 +10,7 @@ import pytest
 from modelindex.load_model_index import load
 
 import cvt_mm  # noqa: F401
-from cvt_mm.flops import get_flops
+from cvt_mm.apis.flops import get_flops
 
 from helpers import ROOT, load_script
 

@@ -279,7 +279,7 @@ def test_setup_process_scopes_every_mmpretrain_inferencer():
 def test_image_demo_draws_from_outside_the_checkout(user_dir, tmp_path, config, checkpoint,
                                                     upsample, says):
     """Our configs by absolute path, from the user's folder: detections pasted at twice the
-    image size (the inferencer's pipeline, cvt_mm.visualization's upsampling), and the
+    image size (the inferencer's pipeline, cvt_mm.apis.visualization's upsampling), and the
     classifier's class (a config type the tool gained with the inferencers)."""
     from helpers import run_tool
     out = tmp_path / 'picture.jpg'

@@ -114,8 +114,9 @@ def no_tf32():
 
 
 def build_backbone(name: str):
+    from mmengine.registry import MODELS  # the root registry every toolbox's MODELS reaches
+
     import cvt_mm  # noqa: F401  (registers the backbones)
-    from cvt_mm.registry import MODELS
     torch.manual_seed(0)
     model = MODELS.build(dict(BACKBONES[name]))
     model.init_weights()

@@ -31,8 +31,9 @@ def test_environment(record_property):
     import mmengine
     import mmpretrain
     import mmseg
+    from mmengine.registry import MODELS  # the root registry every toolbox's MODELS reaches
 
-    from cvt_mm.registry import MODELS
+    import cvt_mm  # noqa: F401  (registers the backbones)
     gpus = [torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count())] \
         if CUDA else []
     environment = dict(

@@ -40,7 +40,7 @@ def test_train_step(name, record_property):
     from mmengine.optim import build_optim_wrapper
 
     from benchmarks.measure import peak_memory_gib, time_steps
-    from cvt_mm.builders import build_model_from_config, load_config, synthetic_batch
+    from cvt_mm.apis.builders import build_model_from_config, load_config, synthetic_batch
     config = TRAIN_CONFIGS[name]
     cfg = load_config(config if '::' in config else osp.join(ROOT, config))
     torch.manual_seed(0)

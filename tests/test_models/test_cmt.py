@@ -13,7 +13,7 @@ import cvt_mm  # noqa: F401  (registers CMT)
 from benchmarks.measure import held_for_backward
 from cvt_mm.checkpoint import CheckpointError
 from cvt_mm.models.cmt import CMT
-from cvt_mm.models.fast.matrix_resize import resize_relative_pos
+from cvt_mm.models.matrix_resize import resize_relative_pos
 
 from helpers import load_tool
 from layouts import cmt_official_key
@@ -516,7 +516,7 @@ def test_selective_recomputation_keeps_only_products_and_no_bias():
 
 
 def test_recomputed_in_backward_rebuilds_once_and_checks_its_sources():
-    from cvt_mm.models.fast.recomputation import RecomputedInBackward
+    from cvt_mm.models.recomputation import RecomputedInBackward
 
     param = torch.randn(3, 4, dtype=torch.float64, requires_grad=True)
     calls = []

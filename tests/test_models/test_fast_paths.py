@@ -1,20 +1,22 @@
 """The fast paths the benchmarks rely on: which attention kernel runs, the exact gradient of
-CMT's bias through the fused CPU kernel, the fused element-wise rewrites of the blocks, and
-``torch.compile`` without graph breaks."""
+CMT's bias through the fused CPU kernel, the fused element-wise rewrites of the blocks,
+``torch.compile`` without graph breaks, and the switch that chooses them (process-wide when
+blocks are built, per model at any time)."""
 import pytest
 import torch
 from mmcv.cnn.bricks import DropPath
 from torch.profiler import ProfilerActivity, profile
 
 import cvt_mm  # noqa: F401  (registers the backbones)
-from cvt_mm.models.cmt import CMT
-from cvt_mm.models.cvt import CvT
+from cvt_mm.models import fast
+from cvt_mm.models.cmt import CMT, LMHSA, CMTStage
+from cvt_mm.models.cvt import ConvAttention, CvT, Mlp
 from cvt_mm.models.fast.attention import (
     BiasGradAttention,
     query_chunked_attention,
     sdpa_attention,
 )
-from cvt_mm.models.fast.quick_gelu import FusedQuickGELU
+from cvt_mm.models.fast.quick_gelu import fused_quick_gelu
 from cvt_mm.models.layers import (
     QuickGELU,
     ResidualDropPath,
@@ -229,11 +231,11 @@ def test_fused_quick_gelu_leaves_its_input_and_matches_the_formula(requires_grad
     before = h.detach().clone()
     params = list(fc.parameters())
     if requires_grad:
-        fused = values_and_grads(lambda: FusedQuickGELU()(fc(x)), *params)
+        fused = values_and_grads(lambda: fused_quick_gelu(fc(x)), *params)
         plain = values_and_grads(lambda: QuickGELU()(fc(x)), *params)
         for a, b in zip(fused[1], plain[1]):
             torch.testing.assert_close(a, b)
-    out = FusedQuickGELU()(h)
+    out = fused_quick_gelu(h)
     torch.testing.assert_close(out, QuickGELU()(h))
     assert torch.equal(h, before)  # the input is not overwritten
 
@@ -307,30 +309,28 @@ def test_backbones_compile_without_graph_breaks(kind):
 
 
 # ----------------------------------------------------------------------------- the switch
-def test_one_switch_chooses_the_paths_of_the_models_built_after_it(monkeypatch):
-    """``set_fast_paths`` and ``CVT_MM_FAST_PATHS`` decide what ``fast_paths=None`` builds:
-    the fused attention and QuickGELU and CMT's bias module, or the formulas as written;
-    ``fast_paths=`` on a model overrides both."""
-    from cvt_mm.models import fast
-    from cvt_mm.models.layers import QuickGELU as PlainQuickGELU
+# The blocks that have a fast path, each choosing by its own ``fast_path``.
+LEAVES = {'cvt': (ConvAttention, Mlp), 'cmt': (LMHSA, CMTStage)}
 
-    def paths(model):
-        cvt_act = model.stages[0].blocks[0].mlp.act if isinstance(model, CvT) else None
-        cmt_bias = model.stages[0].position_bias if isinstance(model, CMT) else None
-        return model.fast_paths, type(cvt_act).__name__, cmt_bias is not None
 
+def fast_path_flags(model) -> set:
+    return {m.fast_path for m in model.modules() if hasattr(m, 'fast_path')}
+
+
+def test_one_switch_chooses_the_paths_of_the_blocks_built_after_it(monkeypatch):
+    """``set_fast_paths`` and ``CVT_MM_FAST_PATHS`` decide what every block built after them
+    reads into its ``fast_path``; ``fast_paths=`` on a model overrides both."""
     monkeypatch.delenv(fast.ENV_VAR, raising=False)
     try:
         assert fast.use_fast_paths()
-        assert paths(small('cvt'))[:2] == (True, 'FusedQuickGELU')
+        assert fast_path_flags(small('cvt')) == fast_path_flags(small('cmt')) == {True}
         fast.set_fast_paths(False)
-        assert paths(small('cvt'))[:2] == (False, 'QuickGELU')
-        assert paths(small('cmt')) == (False, 'NoneType', False)
-        assert paths(small('cvt', fast_paths=True))[0]  # the model's own choice wins
+        assert fast_path_flags(small('cvt')) == fast_path_flags(small('cmt')) == {False}
+        assert fast_path_flags(small('cvt', fast_paths=True)) == {True}  # the model's own wins
         fast.set_fast_paths(None)
         monkeypatch.setenv(fast.ENV_VAR, '0')
-        assert paths(small('cmt')) == (False, 'NoneType', False)
-        assert isinstance(small('cvt').stages[0].blocks[0].mlp.act, PlainQuickGELU)
+        assert fast_path_flags(small('cmt')) == {False}
+        assert fast_path_flags(small('cvt')) == {False}
         monkeypatch.setenv(fast.ENV_VAR, 'fast')
         with pytest.raises(ValueError, match="CVT_MM_FAST_PATHS='fast' is not understood; "
                                              'allowed: 0, 1, false, true'):
@@ -339,3 +339,42 @@ def test_one_switch_chooses_the_paths_of_the_models_built_after_it(monkeypatch):
             fast.set_fast_paths('yes')
     finally:
         fast.set_fast_paths(None)
+
+
+@pytest.mark.parametrize('kind', ['cmt', 'cvt'])
+def test_a_model_s_set_fast_paths_flips_every_block(kind, monkeypatch):
+    """One model's choice, as timm's modules keep ``fused_attn``: ``set_fast_paths(False)``
+    turns every block with a fast path to the formulas as written, after which the model
+    computes bit for bit what a model built with the switch off computes (at 80x112, where
+    CMT's bias is resized from its stored 64x64 grids); ``True`` brings the fused kernel back.
+    The weights and their keys stay as they are."""
+    monkeypatch.delenv(fast.ENV_VAR, raising=False)
+    model = small(kind, out_type='logits').eval()
+    try:
+        fast.set_fast_paths(False)
+        reference = small(kind, out_type='logits').eval()
+    finally:
+        fast.set_fast_paths(None)
+    leaves = [m for m in model.modules() if hasattr(m, 'fast_path')]
+    assert leaves == [m for m in model.modules() if isinstance(m, LEAVES[kind])]
+    assert len(leaves) >= 6 and fast_path_flags(reference) == {False}
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(2, 3, 80, 112)
+    with torch.no_grad():
+        expected = reference(x)[0]
+        fused = model(x)[0]
+
+        model.set_fast_paths(False)
+        assert not any(m.fast_path for m in leaves)
+        assert torch.equal(model(x)[0], expected)
+        assert FUSED_CPU not in attention_ops(lambda: model(x))
+
+        model.set_fast_paths(True)
+        assert all(m.fast_path for m in leaves)
+        assert torch.equal(model(x)[0], fused)
+        assert FUSED_CPU in attention_ops(lambda: model(x))
+    torch.testing.assert_close(fused, expected, atol=1e-5, rtol=1e-4)
+    assert model.state_dict().keys() == state.keys()
+    assert all(torch.equal(v, state[k]) for k, v in model.state_dict().items())
+    with pytest.raises(ValueError, match='set_fast_paths takes True or False, got None'):
+        model.set_fast_paths(None)

@@ -280,6 +280,24 @@ def test_gradient_checkpointing_enable_recomputes_the_blocks(checkpoint_calls):
     assert all(p.grad is not None for p in backbone.parameters())  # nothing unused for DDP
 
 
+@pytest.mark.parametrize('family', sorted(FAMILIES))
+def test_set_fast_paths_reaches_every_block_of_the_family_s_model(family):
+    """The Hugging Face models take the per-model choice as the family's model does: the
+    formulas as written, computing bit for bit what the family's model computes with them."""
+    config_cls, *_, backbone_cls, _, arch = FAMILIES[family]
+    model = family_model(family).eval()
+    backbone = backbone_cls(config_cls(**arch, out_indices=[1, 2])).eval()
+    backbone.model.load_state_dict(model.state_dict(), strict=False)
+    model.set_fast_paths(False)
+    backbone.set_fast_paths(False)
+    flags = {m.fast_path for m in backbone.modules() if hasattr(m, 'fast_path')}
+    assert flags == {False}
+    with torch.no_grad():
+        maps = backbone(X).feature_maps
+        expected = model.forward_intermediates(X, indices=[0, 1], intermediates_only=True)
+    assert all(torch.equal(a, b) for a, b in zip(maps, expected))
+
+
 def test_without_transformers_import_cvt_mm_works_and_loads_none_of_it():
     proc = subprocess.run([sys.executable, '-c', textwrap.dedent('''
         import sys

@@ -7,8 +7,8 @@ from torch import nn
 from torch.multiprocessing.reductions import StorageWeakRef
 
 from cvt_mm.models.cmt import CMT
-from cvt_mm.models.fast.matrix_resize import resize_relative_pos
 from cvt_mm.models.fast.relative_position_bias import RelativePositionBias
+from cvt_mm.models.matrix_resize import resize_relative_pos
 
 QUERY, KEY = (4, 4), (2, 2)  # the stored grids
 GRIDS = [((5, 6), (3, 3)), ((3, 7), (2, 4)), ((6, 6), (1, 2))]
@@ -111,9 +111,11 @@ def test_train_and_eval_drop_the_cache_and_the_lru_is_bounded():
         RelativePositionBias(QUERY, KEY, -1)
 
 
-def test_holds_no_state_so_checkpoint_keys_stay_on_the_stage():
+@pytest.mark.parametrize('fast_paths', [True, False])
+def test_holds_no_state_so_checkpoint_keys_stay_on_the_stage(fast_paths):
+    """On either path (the stage builds the module either way, for set_fast_paths)."""
     assert not served().state_dict()
-    model = CMT(arch='ti', num_classes=0)
+    model = CMT(arch='ti', num_classes=0, fast_paths=fast_paths)
     keys = [k for k in model.state_dict() if 'relative_pos' in k or 'position_bias' in k]
     assert keys == [f'stages.{i}.relative_pos' for i in range(4)]
 

@@ -19,9 +19,9 @@ from timm.models import get_notrace_functions, get_notrace_modules
 from torchvision.models.feature_extraction import NodePathTracer, create_feature_extractor
 
 import cvt_mm  # noqa: F401  (registers the timm models)
-from cvt_mm.deployment import MIN_DYNAMIC_SIDE
-from cvt_mm.models.fast.matrix_resize import resize_relative_pos
+from cvt_mm.apis.deployment import MIN_DYNAMIC_SIDE
 from cvt_mm.models.layers import ceil_div
+from cvt_mm.models.matrix_resize import resize_relative_pos
 
 NAMES = ['cvt_13', 'cvt_21', 'cvt_w24', 'cmt_ti', 'cmt_xs', 'cmt_s', 'cmt_b']
 REAL = ['cvt_13', 'cmt_ti']

@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 import cvt_mm  # noqa: F401
-from cvt_mm.flops import count_flops
+from cvt_mm.apis.flops import count_flops
 from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.fast.attention import sdpa_attention
@@ -273,7 +273,7 @@ def test_every_head_has_our_configs_and_a_swin_t_of_the_same_head():
         TRAIN_ITER_SIZES,
         train_iter_config,
     )
-    from cvt_mm.builders import load_config
+    from cvt_mm.apis.builders import load_config
     assert set(TRAIN_ITER_SIZES) == set(TRAIN_ITER_CONFIGS) == {
         'mask_rcnn', 'cascade_mask_rcnn', 'dino_4scale', 'mask2former_coco',
         'mask2former_ade20k', 'sem_fpn'}
@@ -304,7 +304,7 @@ def test_train_iter_pads_to_the_size_it_is_given():
     """A smaller ``--size`` is not padded back up to the recipe's crop (Mask2Former COCO pads
     to 1024x1024, MMSegmentation to its crop)."""
     from benchmarks.cases import _pad_to, train_iter_config
-    from cvt_mm.builders import load_config, model_config
+    from cvt_mm.apis.builders import load_config, model_config
     coco = load_config(train_iter_config('mask2former_coco', 'swin_t'))
     _pad_to(coco, (128, 160))
     assert [a['size'] for a in model_config(coco).data_preprocessor.batch_augments] == \

@@ -22,7 +22,7 @@ import torch
 import cvt_mm  # noqa: F401  (registers the backbones)
 from cvt_mm.models.cmt import ARCH_DEFAULTS, CMT, pad_to_multiple
 from cvt_mm.models.cvt import CvT
-from cvt_mm.models.fast.matrix_resize import bicubic_matrix, graph_bicubic_matrix
+from cvt_mm.models.matrix_resize import bicubic_matrix, graph_bicubic_matrix
 
 from helpers import ROOT as REPO
 from helpers import load_tool

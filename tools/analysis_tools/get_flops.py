@@ -4,7 +4,7 @@ like MMDetection's ``tools/analysis_tools/get_flops.py``.
     python tools/analysis_tools/get_flops.py configs/mask_rcnn_cmt_s_coco.py --shape 1280 800
 
 "FLOPs" are multiply-adds, as in MMDetection's tool and the CvT/CMT papers. Counted with
-:func:`cvt_mm.flops.count_flops` over one inference forward (``mode='tensor'``: backbone,
+:func:`cvt_mm.apis.flops.count_flops` over one inference forward (``mode='tensor'``: backbone,
 neck and heads; a two-stage detector's RoI head on its RPN's proposals) of a random image,
 so attention is included (MMEngine's counter leaves ``scaled_dot_product_attention`` out).
 mmcv's RoIAlign and element-wise operations are not counted, as in MMEngine's counter.
@@ -29,8 +29,8 @@ import sys
 
 from mmengine.config import DictAction
 
-from cvt_mm.builders import load_config
-from cvt_mm.flops import get_flops
+from cvt_mm.apis.builders import load_config
+from cvt_mm.apis.flops import get_flops
 
 
 def parse_args(argv=None):

@@ -20,8 +20,8 @@ import numpy as np
 from mmengine.config import Config, DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
+from cvt_mm.apis.visualization import best_predictions, enlarge_labels, predict_upsampled
 from cvt_mm.checkpoint import checkpoint_misfit
-from cvt_mm.visualization import best_predictions, enlarge_labels, predict_upsampled
 
 
 def parse_args(argv=None):

@@ -48,7 +48,7 @@ def measure_one(config: str, shape, export_shape, repeat: int, threads: int,
     import onnxruntime as ort
     import torch
 
-    from cvt_mm.deployment import build_part, export_onnx
+    from cvt_mm.apis.deployment import build_part, export_onnx
 
     torch.set_num_threads(threads)
     module, _ = build_part(config, 'backbone')
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
                           args.work_dir)
         print('RESULT ' + json.dumps(row))
         return 0
-    from cvt_mm.deployment import require_deploy_packages
+    from cvt_mm.apis.deployment import require_deploy_packages
     require_deploy_packages()
     import onnxruntime
     import torch

@@ -44,8 +44,8 @@ import torch
 from mmengine.config import DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
-from cvt_mm.builders import load_config, task_of
-from cvt_mm.deployment import (
+from cvt_mm.apis.builders import load_config, task_of
+from cvt_mm.apis.deployment import (
     DEFAULT_RTOL,
     DEPLOY_EXTRA,
     MIN_DYNAMIC_SIDE,

@@ -11,7 +11,7 @@ inferencers (``DetInferencer``, ``MMSegInferencer``, ``ImageClassificationInfere
 docs/python_api.md. What this tool adds: it refuses a checkpoint that does not fit the config
 (the inferencers load what fits and warn), writes one picture to ``--out-file``, and draws
 detections at a multiple of the image size with larger labels and only the best boxes, where
-the inferencer draws at the image's size (``cvt_mm.visualization``).
+the inferencer draws at the image's size (``cvt_mm.apis.visualization``).
 """
 import argparse
 import os
@@ -21,8 +21,8 @@ import mmcv
 from mmengine.config import Config, DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
+from cvt_mm.apis.visualization import best_predictions, enlarge_labels, predict_upsampled
 from cvt_mm.checkpoint import checkpoint_misfit
-from cvt_mm.visualization import best_predictions, enlarge_labels, predict_upsampled
 
 
 def parse_args(argv=None):

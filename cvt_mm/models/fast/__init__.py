@@ -1,9 +1,11 @@
-"""Speed and memory machinery of the backbones, one step away from the models.
+"""Speed and memory machinery of the backbones, one step away from the models: only what the
+switch selects.
 
-``cvt.py`` and ``cmt.py`` read as the papers; where a model's fast paths are on (the default)
-they call into this package instead, as timm's models call fused attention behind
-``use_fused_attn()``. Every fast path computes what the reference path computes, to float
-rounding (``tests/test_models/test_fast_paths.py``); why each exists and what it gains:
+``cvt.py`` and ``cmt.py`` read as the papers; each block with a fast path reads
+:func:`use_fast_paths` when it is built into its own ``fast_path`` attribute and calls into
+this package where that is on, as timm's ``Attention`` reads ``use_fused_attn()`` into
+``fused_attn``. Every fast path computes what the reference path computes, to float rounding
+(``tests/test_models/test_fast_paths.py``); why each exists and what it gains:
 docs/benchmarks.md.
 
 =============================  ================================================================
@@ -12,20 +14,25 @@ docs/benchmarks.md.
 :mod:`.quick_gelu`             CvT's QuickGELU as ``silu(a x) / a``, one backward pass
 :mod:`.relative_position_bias` CMT's bias at each input size: matrix resize, eval-mode cache,
                                recomputation in the backward
-:mod:`.matrix_resize`          bicubic resize and adaptive pooling as matrix products (also
-                               what keeps an exported ONNX graph correct at any size)
-:mod:`.recomputation`          whole-block and selective activation recomputation
 =============================  ================================================================
 
-**The switch.** A model built with ``fast_paths=None`` (the default) takes
-:func:`use_fast_paths` at construction: on, unless the environment sets
-``CVT_MM_FAST_PATHS=0`` or :func:`set_fast_paths` turned it off. ``fast_paths=False`` builds
-one model on the reference path (attention as ``softmax(q kᵀ) v``, the plain QuickGELU,
-``F.interpolate`` for CMT's bias, no bias cache). Activation recomputation is asked for per model
-(``with_cp``, ``selective_cp``), since it trades time for memory.
+What runs whatever the switch says lives beside the models, and the reference path imports
+nothing from here: the matrix resize (:mod:`cvt_mm.models.matrix_resize`, also what loads a
+checkpoint's bias at another resolution and keeps an exported ONNX graph correct at any size)
+and activation recomputation (:mod:`cvt_mm.models.recomputation`, asked for per model with
+``with_cp`` and ``selective_cp``, since it trades time for memory).
 
-**Beyond eager.** A TorchScript-compiled model computes the reference formulas whatever it was
-built with (``torch.jit.is_scripting()``: the autograd Functions, the bias cache and the
+**The switch.** :func:`use_fast_paths` is on, unless the environment sets
+``CVT_MM_FAST_PATHS=0`` or :func:`set_fast_paths` turned it off; blocks built from then on take
+its value. The reference path is attention as ``softmax(q kᵀ) v``, the plain QuickGELU,
+``F.interpolate`` for CMT's bias and no bias cache. **One model's choice**: its
+``set_fast_paths(False)`` (``CvTModel``, ``CMTModel``, the OpenMMLab backbones and the Hugging
+Face models) sets every block's ``fast_path``, at any time, and ``fast_paths=False`` in the
+constructor (an OpenMMLab config's ``backbone=dict(..., fast_paths=False)``) calls it after
+building.
+
+**Beyond eager.** A TorchScript-compiled model computes the reference formulas whatever its
+blocks say (``torch.jit.is_scripting()``: the autograd Functions, the bias cache and the
 recomputation are Python); torch.fx keeps each fast path as one call or module (timm's
 notrace leaves, which the models register where timm is installed); ``torch.export`` takes the
 fast paths (attention as one plain ``scaled_dot_product_attention``, the bias resize with
@@ -50,7 +57,7 @@ _override: Optional[bool] = None
 
 
 def use_fast_paths() -> bool:
-    """Whether models built now take the fast paths: :func:`set_fast_paths`'s value when it was
+    """Whether blocks built now take the fast paths: :func:`set_fast_paths`'s value when it was
     called, else ``CVT_MM_FAST_PATHS`` (``0`` turns them off), else ``True``."""
     if _override is not None:
         return _override

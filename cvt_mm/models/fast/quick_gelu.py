@@ -1,10 +1,9 @@
 """QuickGELU, ``x * sigmoid(1.702 x)`` (:class:`~cvt_mm.models.layers.QuickGELU`), as CvT's MLP
-computes it on the fast path (:class:`FusedQuickGELU`)."""
+computes it on the fast path (:func:`fused_quick_gelu`)."""
 from __future__ import annotations
 
 import torch
 import torch.nn.functional as F
-from torch import nn
 
 from ..layers import QUICK_GELU_SCALE
 
@@ -25,7 +24,7 @@ class _QuickGELUFunction(torch.autograd.Function):
         return torch.ops.aten.silu_backward(grad, scaled)
 
 
-class FusedQuickGELU(nn.Module):
+def fused_quick_gelu(x: torch.Tensor) -> torch.Tensor:
     """:class:`~cvt_mm.models.layers.QuickGELU` as ``silu(a x) / a``: two passes forward
     (``a x``, then ``silu`` with ``/ a`` in place on its own output) and one backward
     (``silu_backward``), where ``x * sigmoid(a x)`` takes three passes and three tensors
@@ -33,21 +32,15 @@ class FusedQuickGELU(nn.Module):
     left as it is: an in-place ``a x`` on a ``Linear``'s output, which is a view of the
     matrix product for 3-D tokens, costs autograd a zero-filled copy of the whole tensor and
     two more copies in the backward. The same values and gradients as :class:`QuickGELU` to
-    float rounding.
+    float rounding. A leaf of timm's fx tracing (registered with its notrace functions): it
+    asks whether autograd records.
 
     Example::
 
         >>> h = torch.randn(2, 8)
-        >>> torch.allclose(FusedQuickGELU()(h), QuickGELU()(h))
+        >>> torch.allclose(fused_quick_gelu(h), QuickGELU()(h))
         True
     """
-
-    # A constant of the class: TorchScript reads no float from a module's globals.
-    __constants__ = ['scale']
-    scale = QUICK_GELU_SCALE
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        # TorchScript compiles no autograd Function: its graph differentiates silu itself.
-        if not torch.jit.is_scripting() and torch.is_grad_enabled() and x.requires_grad:
-            return _QuickGELUFunction.apply(x)
-        return F.silu(x * self.scale).div_(self.scale)
+    if torch.is_grad_enabled() and x.requires_grad:
+        return _QuickGELUFunction.apply(x)
+    return F.silu(x * QUICK_GELU_SCALE).div_(QUICK_GELU_SCALE)

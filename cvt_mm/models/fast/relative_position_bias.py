@@ -12,8 +12,8 @@ from typing import Tuple
 import torch
 from torch import nn
 
-from .matrix_resize import resize_relative_pos
-from .recomputation import RecomputedInBackward
+from ..matrix_resize import resize_relative_pos
+from ..recomputation import RecomputedInBackward
 
 Grid = Tuple[int, int]
 
@@ -22,8 +22,8 @@ class RelativePositionBias(nn.Module):
     """Serves a ``(heads, Hq*Wq, Hk*Wk)`` relative position bias, stored for ``query_grid`` x
     ``key_grid``, at the query and key grids of an input.
 
-    * **Resizing**: bicubic, :func:`~.matrix_resize.resize_relative_pos`; at the stored grids
-      the parameter itself is returned.
+    * **Resizing**: bicubic, :func:`~cvt_mm.models.matrix_resize.resize_relative_pos`; at the
+      stored grids the parameter itself is returned.
     * **Caching**: in eval mode, when no gradient to the parameter is wanted, the resized
       bias is kept per (query grid, key grid), the ``cache_size`` most recently used ones;
       the cache is dropped on ``train()``/``eval()`` and an entry is not used once the
@@ -31,7 +31,7 @@ class RelativePositionBias(nn.Module):
     * **Recomputation** (``recompute_in_backward``): a resized bias is the largest tensor of
       a stage at detection sizes and every block saves it for the backward;
       :meth:`recomputed_in_backward` lets the backward rebuild it from the parameter once per
-      stage instead (:class:`~.recomputation.RecomputedInBackward`).
+      stage instead (:class:`~cvt_mm.models.recomputation.RecomputedInBackward`).
 
     The module holds no parameter or buffer: the stage owns ``relative_pos`` and passes it in,
     so the checkpoint key stays ``stages.{i}.relative_pos``. A scripted model does not call it

@@ -25,8 +25,8 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
+from ..models.matrix_resize import matrix_adaptive_avg_pool
 from .builders import build_model_from_config, load_config, task_of
-from .models.fast.matrix_resize import matrix_adaptive_avg_pool
 
 PARTS = ('backbone', 'neck', 'rpn', 'model')
 # Smallest height/width of a dynamic graph. torch.export specialises sizes that reach a
@@ -214,7 +214,7 @@ def build_part(config, part: Optional[str] = None, checkpoint: Optional[str] = N
 def exportable_adaptive_pools(module: nn.Module):
     """Within the block, every ``nn.AdaptiveAvgPool2d`` of ``module`` with more than one
     output cell (UperNet's pyramid pooling) computes through
-    :func:`~cvt_mm.models.fast.matrix_resize.matrix_adaptive_avg_pool`.
+    :func:`~cvt_mm.models.matrix_resize.matrix_adaptive_avg_pool`.
 
     torch's exporter writes such a pool as an ``AveragePool`` whose kernel and stride are
     fixed from the example input, so a dynamic graph silently averages the wrong windows at

@@ -1,5 +1,7 @@
 """Resizing and pooling written as products with per-axis matrices, for CMT's relative
-position biases and for ONNX export.
+position biases and for ONNX export: always used, whatever the fast-path switch says, by the
+checkpoint bias resampling (:mod:`.pos_embed_rel`), CMT's bias on the fast path
+(:mod:`.fast.relative_position_bias`) and ONNX export (``cvt_mm.apis.deployment``).
 
 Both the bicubic resize of a bias (CMT, every step at a new resolution) and adaptive average
 pooling (UperNet's pyramid pooling, exported with dynamic sizes) are linear maps along each
@@ -20,7 +22,7 @@ from typing import Tuple
 import torch
 import torch.nn.functional as F
 
-from ..layers import is_symbolic
+from .layers import is_symbolic
 
 __all__ = ['bicubic_matrix', 'graph_bicubic_matrix', 'axis_matrix',
            'resize_grid_axis', 'resize_relative_pos', 'pool_matrix', 'matrix_adaptive_avg_pool']

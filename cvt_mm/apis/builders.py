@@ -8,7 +8,7 @@ dataloader (uint8 images and data samples with ground truth).
 
 Example::
 
-    >>> from cvt_mm.builders import build_model_from_config, synthetic_batch
+    >>> from cvt_mm.apis.builders import build_model_from_config, synthetic_batch
     >>> model = build_model_from_config('configs/mask_rcnn_cvt13_coco.py')
     >>> batch = synthetic_batch(model, batch_size=2, height=128, width=160)
     >>> losses = model.loss(**model.data_preprocessor(batch, training=True))

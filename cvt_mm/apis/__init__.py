@@ -1,0 +1,13 @@
+"""What the tools, the benchmarks and users' scripts call on a config's whole model, as
+``mmdet.apis`` and ``mmdeploy.apis`` hold theirs; ``import cvt_mm`` does not load it.
+
+- :mod:`cvt_mm.apis.builders`: a config's whole model from random weights, and synthetic
+  batches for it (no data on disk);
+- :mod:`cvt_mm.apis.flops`: FLOP counting with attention, of a module or a config's model;
+- :mod:`cvt_mm.apis.deployment`: ONNX export and its check with ONNX Runtime (the ``deploy``
+  extra);
+- :mod:`cvt_mm.apis.visualization`: a detector's predictions drawn larger than its input.
+
+Import from the module (``from cvt_mm.apis.flops import get_flops``): this package imports
+none of them, so a tool loads only what it uses (ONNX export needs none of FLOP counting's).
+"""
