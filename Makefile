@@ -14,17 +14,20 @@ demo: env
 
 # Two pytest-xdist workers, whole test modules each (tests/conftest.py): on 2 cores the suite's
 # single-threaded parts (imports, tool start-up) fill the core the other worker leaves idle.
+# xdist's public options: whole modules (loadfile), started in the collection's order (its
+# longest modules first, tests/conftest.py), not sorted by their number of tests.
 TEST_WORKERS ?= 2
+TEST_XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Under tools/misc/cpu_malloc.sh, as the launchers run training: glibc's malloc reuses large
 # freed blocks instead of page-faulting every large tensor afresh (docs/development.md, "Suite
 # time"). The tests of the default allocator unset its variables themselves.
 test: env
-	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests -n $(TEST_WORKERS) --durations=30
+	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests $(TEST_XDIST) --durations=30
 
 # The unit tests only: no end-to-end training or tool runs (marked `slow`).
 test-fast: env
-	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests -n $(TEST_WORKERS) -m "not slow"
+	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests $(TEST_XDIST) -m "not slow"
 
 # ruff (lint and import order), configured in pyproject.toml; installed by setup_env.sh.
 lint: env

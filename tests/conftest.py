@@ -1,41 +1,31 @@
 """Fixtures shared across test modules: the tiny generated datasets, made once per session,
-two-process (gloo) training runs through tools/dist_train.sh, run once per base config."""
+two-process (gloo) training runs through tools/dist_train.sh, run once per base config; the
+order and grouping of the test modules in pytest-xdist's workers."""
+import fcntl
 import os
 import os.path as osp
-import socket
+import pickle
 
 import pytest
 
 from cluster_runs import make_cluster_data
-from helpers import EXIT_PROBE_ENV, WARM_TOOLS, head_user_config, make_tiny_data, run_tool
+from helpers import (
+    DIST_ITERATIONS,
+    EXIT_PROBE_ENV,
+    free_port,
+    head_user_config,
+    make_tiny_data,
+    run_tool,
+)
 
-# Iterations of each distributed run: DDP's bookkeeping breaks on the second one, so run more.
-DIST_ITERATIONS = 3
-
-# `make test` runs the suite in two pytest-xdist workers. Each takes whole test modules
-# (module fixtures run once); modules that share an expensive session fixture go to one
-# worker together, so it runs once too.
-SHARED_FIXTURE_GROUPS = {'test_distributed': 'dist_train', 'test_detseg_tools': 'dist_train'}
-
-
-@pytest.hookimpl(optionalhook=True)  # pytest without xdist (a GPU node's) runs the suite too
-def pytest_xdist_make_scheduler(config, log):
-    """xdist's per-module scheduling (``--dist loadscope``) with the groups above."""
-    from xdist.scheduler import LoadScopeScheduling
-
-    class ModuleGroupScheduling(LoadScopeScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split('::', 1)[0]
-            return SHARED_FIXTURE_GROUPS.get(osp.splitext(osp.basename(module))[0], module)
-
-    # In the order of LONGEST_FIRST below, not xdist's default (most tests first).
-    config.option.loadscopereorder = False
-    return ModuleGroupScheduling(config, log)
-
-
+# `make test` runs the suite in two pytest-xdist workers with `--dist loadfile
+# --no-loadscope-reorder` (Makefile): a worker takes one test module at a time, whole (module
+# fixtures run once), in the order below. (`--dist loadgroup` groups nothing with pytest 9.2
+# and xdist 3.8: pytest-dev/pytest-xdist#1386.)
 # The modules that take longest (worker seconds in a full run, 2026-12-04: 600 down to 112)
 # start first: a worker that drew one of them last would finish minutes after the other went
-# idle (longest first, as a scheduler of jobs of known length does). The rest keep their order.
+# idle (longest first, as a scheduler of jobs of known length does). The rest keep their order;
+# --no-loadscope-reorder keeps xdist from sorting the modules by their number of tests instead.
 LONGEST_FIRST = ('test_every_model', 'test_benchmarks', 'test_slurm', 'test_distributed',
                  'test_detseg_tools', 'test_cluster_units', 'test_onnx_export',
                  'test_cluster_training', 'test_python_api', 'test_resume', 'test_custom_data',
@@ -49,21 +39,21 @@ def pytest_collection_modifyitems(config, items):
 
 def pytest_configure(config):
     """In a worker of several, take its share of the cores: the torch threads of this process
-    and of the tools its tests start (``OMP_NUM_THREADS``; torchrun's ranks take 1 anyway)."""
+    and of the tools its tests start (``OMP_NUM_THREADS``; torchrun's ranks take 1 anyway).
+    A run in several workers that splits modules is warned about."""
+    dist = config.getoption('dist', None)
+    if config.getoption('numprocesses', None) and dist != 'loadfile':
+        config.issue_config_time_warning(pytest.PytestConfigWarning(
+            f'-n with --dist {dist}: the tests of a module are split across workers, so its '
+            'module fixtures run in each; `make test` passes --dist loadfile '
+            '--no-loadscope-reorder'),
+            stacklevel=2)
     workers = int(os.environ.get('PYTEST_XDIST_WORKER_COUNT', '1'))
     if workers > 1:
         import torch
         share = max(1, len(os.sched_getaffinity(0)) // workers)
         os.environ['OMP_NUM_THREADS'] = str(share)
         torch.set_num_threads(share)
-
-
-@pytest.fixture(scope='session', autouse=True)
-def _stop_warm_tools():
-    """The fork server of ``run_tool(..., warm=True)``, if a test started it, ends with the
-    session."""
-    yield
-    WARM_TOOLS.close()
 
 
 @pytest.fixture(scope='session')
@@ -77,30 +67,43 @@ def cluster_data(tmp_path_factory):
     return make_cluster_data(str(tmp_path_factory.mktemp('cluster_data')))
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(('127.0.0.1', 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope='session')
 def dist_train(tiny_data, tmp_path_factory):
     """``dist_train(base)`` -> (config, work_dir, process): a user config inheriting
     ``configs/<base>`` (:func:`helpers.head_user_config`, the heads at test size) trained by
     two CPU processes through tools/dist_train.sh for DIST_ITERATIONS iterations (4 images,
     batch 2 per process: one iteration per epoch for the epoch-based detectors), ending with
-    a checkpoint."""
+    a checkpoint.
+
+    Once per base in the whole run, whichever xdist worker asks first (test_distributed.py and
+    test_detseg_tools.py both train Mask R-CNN CvT-13): the run happens under a lock in the
+    folder all workers share, and the others read its result there (xdist's documented way to
+    run a session fixture once). Its files are read, never written, by the tests."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        shared = shared.parent  # the controller's folder; each worker has one below it
+    shared = shared / 'dist_train'
+    shared.mkdir(exist_ok=True)
     runs = {}
 
     def run(base: str):
         if base not in runs:
-            root = tmp_path_factory.mktemp(osp.splitext(base)[0])
-            work = root / 'work'
-            config = head_user_config(str(root / 'user.py'), base, tiny_data, str(work),
-                                      max_epochs=DIST_ITERATIONS, max_iters=DIST_ITERATIONS)
-            proc = run_tool(['dist_train.sh', config, '2'], timeout=600,
-                            env=dict(PORT=str(free_port()), **EXIT_PROBE_ENV))
-            runs[base] = (config, work, proc)
+            root = shared / osp.splitext(base)[0]
+            result = root / 'result.pkl'
+            with open(f'{root}.lock', 'w') as lock:
+                fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+                if not result.exists():  # a run that failed wrote none: run it again
+                    root.mkdir(exist_ok=True)
+                    config = head_user_config(str(root / 'user.py'), base, tiny_data,
+                                              str(root / 'work'), max_epochs=DIST_ITERATIONS,
+                                              max_iters=DIST_ITERATIONS)
+                    proc = run_tool(['dist_train.sh', config, '2'], timeout=600,
+                                    env=dict(PORT=str(free_port()), **EXIT_PROBE_ENV))
+                    with open(result, 'wb') as f:
+                        pickle.dump((config, proc), f)
+                with open(result, 'rb') as f:
+                    config, proc = pickle.load(f)
+            runs[base] = (config, root / 'work', proc)
         return runs[base]
 
     return run

@@ -27,12 +27,12 @@ from cluster_runs import (
     start,
     wait_for,
 )
-from conftest import free_port
 from helpers import (
     TOOLS,
     assert_no_gloo_threads_at_exit,
     det_user_config,
     executed_iterations,
+    free_port,
     narrow_config,
 )
 

@@ -19,8 +19,8 @@ import cvt_mm  # noqa: F401
 from cvt_mm.engine.cpu_ddp import revert_sync_batchnorm_for_cpu
 from cvt_mm.models import CMT, CvT
 
-from conftest import DIST_ITERATIONS
 from helpers import (
+    DIST_ITERATIONS,
     ROOT,
     assert_no_gloo_threads_at_exit,
     build_model_from_config,

@@ -30,8 +30,7 @@ from cluster_runs import (
     pointer_is,
     wait_for,
 )
-from conftest import free_port
-from helpers import PACED_ENV, ROOT, executed_iterations
+from helpers import PACED_ENV, ROOT, executed_iterations, free_port
 
 pytestmark = pytest.mark.slow
 

@@ -8,11 +8,12 @@ import re
 import pytest
 import torch
 
-from conftest import DIST_ITERATIONS, free_port
 from helpers import (
     DEFAULT_MALLOC_ENV,
+    DIST_ITERATIONS,
     EXIT_PROBE_ENV,
     assert_no_gloo_threads_at_exit,
+    free_port,
     narrow_config,
     run_tool,
     seg_user_config,

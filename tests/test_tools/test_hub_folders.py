@@ -133,7 +133,7 @@ def test_the_folder_s_files_config_and_model_card(exported):
                 imported |= {a.name.split('.')[0] for a in node.names}
             elif isinstance(node, ast.ImportFrom):
                 imported.add('.' * node.level + (node.module or '').split('.')[0])
-    assert imported <= {'__future__', 'torch', 'einops', 'transformers', '.configuration_cvt_mm',
+    assert imported <= {'__future__', 'torch', 'transformers', '.configuration_cvt_mm',
                         'typing', 'math', 'functools', 'json', 'os', 'collections',
                         'contextlib'}, imported
     # The fast paths come along (docs/timm_huggingface.md says so).
