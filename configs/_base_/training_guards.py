@@ -1,10 +1,9 @@
 # The training guards of every training config of ours, named here so that a printed config
-# shows what runs (cvt_mm.engine; docs/cluster.md): FiniteLossHook stops at a non-finite loss
-# before the optimizer step; ExactResumeHook saves every rank's generators and data position
-# with each checkpoint and gives them back on resume; PreemptionHook turns SIGTERM/SIGUSR1 into
-# a checkpoint at the next iteration and exit code 75; HeartbeatHook records progress, which a
-# restarted run reports as the work lost. ExactResumeRunner adds any of them a config leaves
-# out, and its log says which.
+# shows what runs (docs/cluster.md): FiniteLossHook stops at a non-finite loss before the
+# optimizer step; ExactResumeHook saves every rank's generators and data position with each
+# checkpoint (ExactResumeRunner gives them back on resume); PreemptionHook turns SIGTERM/SIGUSR1
+# into a checkpoint at the next iteration and exit code 75. ExactResumeRunner adds any of them
+# a config leaves out, and its log says which.
 #
 # The schedule bases (`schedules/`), the ImageNet recipe and the configs built on a whole
 # toolbox config inherit it. A config with hooks of its own keeps the guards by listing them:
@@ -18,6 +17,5 @@ training_guards = [
     dict(type='FiniteLossHook'),
     dict(type='ExactResumeHook'),
     dict(type='PreemptionHook'),
-    dict(type='HeartbeatHook'),
 ]
 custom_hooks = training_guards

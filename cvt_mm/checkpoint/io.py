@@ -6,7 +6,6 @@ or not at all. It knows nothing of URLs, formats or published weights (the layer
 * :func:`write_atomically`: through a temporary file in the same folder and a rename, so a
   reader sees the previous file or the complete new one; temporary files that killed
   writers left behind are removed by the next write into the folder.
-* :func:`reading_once`: a block in which each file is read once, however many callers ask.
 
 Example::
 
@@ -16,7 +15,6 @@ Example::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import os
 import os.path as osp
 import pickle
@@ -29,8 +27,7 @@ from typing import Optional, Union
 
 import torch
 
-__all__ = ['CheckpointError', 'sniff_file', 'read_local', 'reading_once', 'write_atomically',
-           'remove_stale_parts']
+__all__ = ['CheckpointError', 'sniff_file', 'read_local', 'write_atomically', 'remove_stale_parts']
 
 
 class CheckpointError(RuntimeError):
@@ -115,32 +112,6 @@ def _unreadable_error(path: str, kind: str, err: Optional[Exception],
                            f'{type(err).__name__}: {message}')
 
 
-# What read_local has read inside reading_once(): (path, inode, size, mtime) -> object.
-_read_once: Optional[dict] = None
-
-
-@contextlib.contextmanager
-def reading_once():
-    """Within the block, :func:`read_local` reads each file once: a file read before in the
-    block and unchanged since (same inode, size and modification time) gives the object read
-    then. Callers in the block must not modify what they get.
-
-    Example::
-
-        >>> with reading_once():
-        ...     path, _ = find_resumable_checkpoint(work_dir)  # reads the candidates
-        ...     seed = read_checkpoint(path)['meta'].get('seed')  # not read again
-    """
-    global _read_once
-    outer = _read_once
-    if outer is None:
-        _read_once = {}
-    try:
-        yield
-    finally:
-        _read_once = outer
-
-
 def read_local(path: str, hint: str = '') -> dict:
     """Read a local ``.pth``/``.pt``/``.bin``/``.ckpt`` file (safe unpickling) or a
     ``.safetensors`` file.
@@ -165,19 +136,6 @@ def read_local(path: str, hint: str = '') -> dict:
     path = os.fspath(path)
     if not os.path.isfile(path):
         raise _not_a_file_error(path, hint)
-    key = None
-    if _read_once is not None:
-        st = os.stat(path)
-        key = (osp.abspath(path), st.st_ino, st.st_size, st.st_mtime_ns)
-        if key in _read_once:
-            return _read_once[key]
-    result = _read_local(path, hint)
-    if key is not None:
-        _read_once[key] = result
-    return result
-
-
-def _read_local(path: str, hint: str) -> dict:
     kind = sniff_file(path)
     if kind in ('empty', 'html', 'unknown'):
         raise _unreadable_error(path, kind, None, hint)

@@ -1,12 +1,6 @@
-"""Local files written whole or not at all, through MMEngine's storage backends.
-
-MMEngine writes checkpoints (and the ``last_checkpoint`` pointer beside them) through its
-``LocalBackend``, which opens the final path and writes into it: a run killed while saving
-leaves a truncated file under the final name, which ``--resume`` then picks. The backend
-registered here writes to a temporary file in the same folder and renames it over the target
-(``os.replace``, atomic on POSIX), so a reader sees the previous file or the complete new one.
-:func:`cvt_mm.setup_process` (which our tools call) registers it for local paths.
-"""
+"""MMEngine's local storage backend writing whole files or none (:class:`AtomicLocalBackend`):
+its own opens the final path and writes into it, so a run killed while saving left a
+truncated checkpoint under the final name. :func:`cvt_mm.setup_process` registers it."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -20,12 +14,10 @@ __all__ = ['AtomicLocalBackend']
 
 
 class AtomicLocalBackend(LocalBackend):
-    """MMEngine's local storage backend with atomic ``put`` and ``put_text``."""
+    """``LocalBackend`` whose ``put`` and ``put_text`` write a temporary file and rename it."""
 
     def put(self, obj: bytes, filepath: Union[str, Path]) -> None:
         write_atomically(obj, filepath)
 
     def put_text(self, obj: str, filepath: Union[str, Path], encoding: str = 'utf-8') -> None:
         write_atomically(obj, filepath, encoding)
-
-

@@ -1,15 +1,12 @@
-"""Launch set-up, in one place: what ``tools/train.py`` and ``tools/test.py`` do around
-MMEngine's ``Runner`` (as MMDetection's tools: parse, ``Config``, ``Runner.from_cfg(cfg).train()``).
+"""What ``tools/train.py`` and ``tools/test.py`` do around MMEngine's ``Runner``, in one place
+(``import cvt_mm`` does not load it):
 
 * :func:`config_from_args`: the command line applied to the config;
-* :func:`setup_launch`: the data on disk (:func:`check_dataset_paths`), ``--launcher`` made to
-  work (:func:`prepare_distributed`: slurm's environment, a process group that restarts cannot
-  hang on, DDP without CUDA) and, for training, the checkpoint to resume
-  (:func:`~cvt_mm.engine.resume.choose_resume`);
+* :func:`setup_launch`: the data on disk checked (:func:`check_dataset_paths`), ``--launcher``
+  made to work (:func:`prepare_distributed`: slurm's environment, restarts that cannot hang,
+  DDP without CUDA) and, for training, the checkpoint to continue from (:func:`choose_resume`);
 * :func:`build_runner`, and :func:`run_and_finish`, which ends the process group and turns a
   preemption into exit code 75.
-
-``import cvt_mm`` does not load this module.
 
 Example (what ``tools/train.py`` does)::
 
@@ -18,6 +15,7 @@ Example (what ``tools/train.py`` does)::
     run_and_finish(lambda: build_runner(cfg).train())
 """
 import gc
+import glob
 import os
 import os.path as osp
 import re
@@ -29,17 +27,17 @@ import torch.distributed as torch_dist
 from mmengine.config import Config, ConfigDict
 from torch.distributed.constants import default_pg_timeout
 
+from ..checkpoint.loading import read_checkpoint
+from .flags import flag_group
 from .hooks import TrainingPreempted
-from .resume import choose_resume
 from .workers import guard_dataloader_workers
 
 __all__ = ['set_local_rank_env', 'config_from_args', 'setup_launch', 'build_runner',
-           'cpu_allocator_note',
            'run_and_finish', 'check_dataset_paths', 'prepare_distributed', 'slurm_environment',
-           'first_slurm_host', 'init_process_group', 'finish_distributed', 'DATASET_LAYOUTS']
+           'first_slurm_host', 'init_process_group', 'finish_distributed', 'restart_count',
+           'find_resumable_checkpoint', 'choose_resume', 'DATASET_LAYOUTS']
 
 
-# ----------------------------------------------------------------------------- command line
 def set_local_rank_env(local_rank: int) -> None:
     # torch.distributed.launch passes --local-rank; torchrun sets LOCAL_RANK itself.
     if 'LOCAL_RANK' not in os.environ:
@@ -60,7 +58,6 @@ def config_from_args(args) -> Config:
     return cfg
 
 
-# ----------------------------------------------------------------------------- data on disk
 # Where the docs describe each dataset the configs name, and its expected layout.
 DATASET_LAYOUTS = {
     'CocoDataset': ('COCO 2017 in MMDetection\'s layout',
@@ -131,16 +128,9 @@ def check_dataset_paths(cfg, dataloaders, config_path: str) -> None:
     raise SystemExit('\n'.join(lines))
 
 
-# ------------------------------------------------------------------------------------ slurm
 def first_slurm_host(nodelist: str) -> str:
-    """The first host name of a slurm node list (``SLURM_NODELIST``), expanded as
-    ``scontrol show hostnames`` does, without needing ``scontrol``.
-
-    Example::
-
-        >>> first_slurm_host('gpu-a[07-09,12],gpu-b3')
-        'gpu-a07'
-    """
+    """The first host of a slurm node list, as ``scontrol show hostnames`` gives it, without
+    ``scontrol``: ``'gpu-a[07-09,12],gpu-b3'`` -> ``'gpu-a07'``."""
     first, depth = '', 0
     for char in nodelist.strip():
         if char == ',' and depth == 0:
@@ -155,11 +145,10 @@ def first_slurm_host(nodelist: str) -> str:
 
 
 def slurm_environment(environ=None) -> dict:
-    """The ``torch.distributed`` environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR,
-    MASTER_PORT) of a task started by ``srun``, from what slurm gives it (SLURM_PROCID,
-    SLURM_NTASKS, SLURM_LOCALID, SLURM_NODELIST, SLURM_JOB_ID). MASTER_ADDR and MASTER_PORT
-    already set are kept; by default the master is the node list's first host and the port
-    is 20000 + the job id modulo 10000, so two jobs that share a node do not collide.
+    """The ``torch.distributed`` environment of a task started by ``srun``, from slurm's
+    (``environ``, default ``os.environ``). MASTER_ADDR and MASTER_PORT already set are kept;
+    else the node list's first host and 20000 + the job id modulo 10000 (two jobs sharing a
+    node do not collide).
 
     Raises:
         ValueError: naming the slurm variables that are missing.
@@ -179,70 +168,48 @@ def slurm_environment(environ=None) -> dict:
                                                   else 29500))
 
 
-# ---------------------------------------------------------------------------- process group
 def init_process_group(backend: str, timeout: Optional[timedelta] = None) -> None:
-    """``torch.distributed.init_process_group`` from the ``env://`` variables; under torchrun,
-    in a store namespace of this attempt's own, and with one restart count on every process.
-
-    torchrun keeps one store for the whole job (its static rendezvous always, its c10d one by
-    default). After a restart, the new processes would find the failed attempt's keys in it,
-    and one that reads a dead peer's address waits in ``init_process_group`` until the
-    timeout. On one node, prefixing the keys with the restart count
-    (``TORCHELASTIC_RESTART_COUNT``) gives every attempt a clean namespace. That count is
-    each node's agent's own, though: after a failure on one node only that node's agent
-    counts a restart; the others restart at the same count, so their prefixes differ and the
-    ranks wait on each other until the timeout. Across nodes the store is therefore not
-    shared (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``, as tools/dist_train.sh sets with
-    ``MAX_RESTARTS``): rank 0 of each attempt then serves a new store, on a port the
-    rendezvous chooses for that round, and no prefix is needed.
-
-    Once the group is up, every process takes the largest restart count of the job into
-    ``TORCHELASTIC_RESTART_COUNT``, so that all of them decide alike whether to resume
-    (:func:`choose_resume`).
+    """``torch.distributed.init_process_group`` from the ``env://`` variables. torch's c10d
+    rendezvous gives each attempt a store of its own; its static one keeps the agents' store,
+    where a restarted process would read a dead peer's address: there the keys are prefixed
+    with the attempt, which each node's agent counts on its own (so across nodes that case is
+    refused). Every process then takes the job's largest restart count, so that all decide
+    alike whether to resume (:func:`choose_resume`).
 
     Raises:
-        RuntimeError: restarts across nodes on a store shared with the agents, where a
-            restart would hang; naming the variable that avoids it.
+        RuntimeError: restarts across nodes on the agents' shared store, naming the fix.
     """
     timeout = timeout or default_pg_timeout
     attempt = os.environ.get('TORCHELASTIC_RESTART_COUNT')
-    if attempt is None:
-        torch_dist.init_process_group(backend=backend, timeout=timeout)
-        return
-    rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
     agent_store = os.environ.get('TORCHELASTIC_USE_AGENT_STORE') == 'True'
-    nodes = int(os.environ.get('GROUP_WORLD_SIZE', '1'))
-    if agent_store and nodes > 1 and int(os.environ.get('TORCHELASTIC_MAX_RESTARTS', '0')):
-        raise RuntimeError(
-            f'torchrun restarts on {nodes} nodes with the store shared by the agents: after a '
-            'restart the nodes would count different attempts and wait on each other until '
-            'the timeout. Start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 and '
-            '--rdzv-backend=c10d (tools/dist_train.sh does so when MAX_RESTARTS > 0).')
-    # The agents' store (clients only), or, not shared, a new one that rank 0 serves.
-    serve = rank == 0 and not agent_store
-    store = torch_dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),
-                                world_size, is_master=serve, timeout=timeout,
-                                multi_tenant=serve)
-    namespace = f'cvt_mm/attempt_{attempt}' if agent_store else 'cvt_mm'
-    torch_dist.init_process_group(
-        backend=backend, store=torch_dist.PrefixStore(namespace, store),
-        rank=rank, world_size=world_size, timeout=timeout)
-    count = torch.tensor([int(attempt)], dtype=torch.int64,
-                         device='cuda' if 'nccl' in backend else 'cpu')
-    torch_dist.all_reduce(count, op=torch_dist.ReduceOp.MAX)
-    os.environ['TORCHELASTIC_RESTART_COUNT'] = str(int(count.item()))
+    if attempt is None or not agent_store:
+        torch_dist.init_process_group(backend=backend, timeout=timeout)
+    else:
+        nodes = int(os.environ.get('GROUP_WORLD_SIZE', '1'))
+        if nodes > 1 and int(os.environ.get('TORCHELASTIC_MAX_RESTARTS', '0')):
+            raise RuntimeError(
+                f'torchrun restarts on {nodes} nodes with the store shared by the agents: after '
+                'a restart the nodes would count different attempts and wait on each other '
+                'until the timeout. Start torchrun with TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1 '
+                'and --rdzv-backend=c10d (tools/dist_train.sh does so when MAX_RESTARTS > 0).')
+        rank, world_size = int(os.environ['RANK']), int(os.environ['WORLD_SIZE'])
+        store = torch_dist.TCPStore(os.environ['MASTER_ADDR'], int(os.environ['MASTER_PORT']),
+                                    world_size, is_master=False, timeout=timeout)
+        torch_dist.init_process_group(
+            backend=backend, store=torch_dist.PrefixStore(f'cvt_mm/attempt_{attempt}', store),
+            rank=rank, world_size=world_size, timeout=timeout)
+    if attempt is not None:
+        count = torch.tensor([int(attempt)], dtype=torch.int64,
+                             device='cuda' if 'nccl' in backend else 'cpu')
+        torch_dist.all_reduce(count, op=torch_dist.ReduceOp.MAX)
+        os.environ['TORCHELASTIC_RESTART_COUNT'] = str(int(count.item()))
 
 
 def finish_distributed(wait: bool = True) -> None:
-    """Wait for every process, then tear the process group down before the interpreter exits.
-
-    Left to interpreter shutdown, gloo's threads are sometimes destroyed while still joinable
-    and the process aborts ("terminate called without an active exception", exit -6) after
-    a run that finished. ``destroy_process_group`` only ends them once nothing else holds the
-    group, and the runner's DDP wrapper does (its ``Reducer``): a finished runner lives on in
-    reference cycles until collected, so it is collected here first. The caller must hold no
-    reference to the runner itself (tools/train.py and tools/test.py build and run it in a
-    call that has returned).
+    """Wait for every process, then tear the process group down: left to interpreter
+    shutdown, gloo's threads sometimes abort a finished run (exit -6). A finished runner's DDP
+    wrapper holds the group from reference cycles, so they are collected first; the caller
+    must hold no reference to the runner.
 
     Args:
         wait (bool): a barrier first. Defaults to True. False after a preemption checkpoint,
@@ -255,16 +222,11 @@ def finish_distributed(wait: bool = True) -> None:
         torch_dist.destroy_process_group()
 
 
-# ------------------------------------------------------------------------------- --launcher
 def prepare_distributed(cfg, launcher: str) -> None:
-    """Make ``--launcher`` work before the runner is built.
-
-    ``slurm``: the torch.distributed environment is set from slurm's (:func:`slurm_environment`,
-    no ``scontrol`` needed). ``pytorch`` (torchrun) and ``slurm``: the process group is started
-    here, so that a restarted attempt cannot hang on the failed one's keys
-    (:func:`init_process_group`) and rank 0 can share its choice of checkpoint
-    (:func:`choose_resume`); MMEngine then skips its own init. Without CUDA (``pytorch`` or
-    ``slurm``): the process group uses gloo and the model is wrapped in
+    """Make ``--launcher`` work before the runner is built: slurm's environment
+    (:func:`slurm_environment`); for ``pytorch`` and ``slurm`` the process group started here
+    (:func:`init_process_group`; MMEngine then skips its own), so that rank 0 can share its
+    choice of checkpoint; without CUDA, gloo and
     :class:`~cvt_mm.engine.cpu_ddp.CPUDistributedDataParallel`.
     """
     if launcher == 'slurm':
@@ -293,45 +255,142 @@ def prepare_distributed(cfg, launcher: str) -> None:
     cfg.model_wrapper_cfg = wrapper
 
 
-# ----------------------------------------------------------------------------------- runner
-def cpu_allocator_note(environ=None) -> str:
-    """How this process's glibc malloc treats large freed blocks, for the log: reused where
-    it started with ``MALLOC_MMAP_MAX_=0`` (the launchers source tools/misc/cpu_malloc.sh),
-    else glibc's default, which page-faults each large CPU tensor afresh."""
-    environ = os.environ if environ is None else environ
-    if environ.get('MALLOC_MMAP_MAX_') == '0':
-        return 'large freed blocks reused (MALLOC_MMAP_MAX_=0: tools/misc/cpu_malloc.sh)'
-    return ("glibc's default (on a CPU, `bash tools/misc/cpu_malloc.sh python tools/train.py "
-            '...` and the launchers reuse large freed blocks: docs/benchmarks.md, "CPU '
-            'allocator")')
+def _count(name: str) -> int:
+    value = os.environ.get(name, '')
+    return int(value) if value.isdigit() else 0
+
+
+def restart_count() -> int:
+    """How often this job was started again after a failure: slurm's ``SLURM_RESTART_COUNT``
+    plus torchrun's ``TORCHELASTIC_RESTART_COUNT`` (torchrun in a requeued job counts from 0,
+    which must not hide the requeue)."""
+    return _count('SLURM_RESTART_COUNT') + _count('TORCHELASTIC_RESTART_COUNT')
+
+
+def find_resumable_checkpoint(work_dir: str) -> Optional[str]:
+    """The checkpoint ``work_dir/last_checkpoint`` names, or else the newest ``*.pth`` written
+    (names do not order a run that mixes ``epoch_N.pth`` with a preemption's ``iter_N.pth``;
+    the higher number first among files written at once); None when there is none. Our
+    tools write checkpoints whole or not at all (``cvt_mm.setup_process``)."""
+    pointer = osp.join(work_dir, 'last_checkpoint')
+    if osp.isfile(pointer):
+        with open(pointer) as f:
+            named = f.read().strip()
+        if named and osp.isfile(named):
+            return named
+
+    def written(path):
+        number = re.search(r'(\d+)\.pth$', osp.basename(path))
+        return os.stat(path).st_mtime_ns, int(number.group(1)) if number else -1
+
+    return max(glob.glob(osp.join(work_dir, '*.pth')), key=written, default=None)
+
+
+def _say(message: str) -> None:
+    """Print once per job (rank 0), before MMEngine's logger exists."""
+    if os.environ.get('RANK', '0') == '0':
+        print(message, flush=True)
+
+
+def _choose_checkpoint(cfg, resume) -> tuple:
+    """(path or None, the checkpoint's seed or None); see :func:`choose_resume`."""
+    restarted = restart_count() > 0
+    path = None
+    if resume == 'auto' or restarted:
+        path = find_resumable_checkpoint(cfg.work_dir)
+        if path is None and resume not in (None, 'auto'):
+            path = resume  # restarted before the first checkpoint: the file asked for
+    elif resume is not None:
+        path = resume
+    checkpoint = read_checkpoint(path) if path else {}  # a clear error for a damaged file
+    missing = [key for key in ('state_dict', 'optimizer', 'meta') if path and key not in checkpoint]
+    if missing:
+        raise ValueError(f'--resume: {path} is not a training checkpoint (no '
+                         f'{", ".join(missing)}); name one with --resume PATH')
+    meta = checkpoint.get('meta', {})
+    if restarted:
+        requeues, restarts = _count('SLURM_RESTART_COUNT'), _count('TORCHELASTIC_RESTART_COUNT')
+        sources = [f'slurm requeue {requeues}, after a preemption, a time limit or a failure'
+                   ] if requeues else []
+        if restarts:
+            sources.append(f'torchrun restart {restarts} of '
+                           f'{os.environ.get("TORCHELASTIC_MAX_RESTARTS")}, after a process of '
+                           'the job failed')
+        _say(' and '.join(sources) + ': ' + (
+            f'resuming from {path} (iteration {meta.get("iter", 0)}, epoch '
+            f'{meta.get("epoch", 0)})' if path else
+            f'no checkpoint in {cfg.work_dir}: training starts again at iteration 1'))
+    elif path:
+        _say(f'--resume: resuming from {path}')
+    elif resume == 'auto':
+        _say(f'--resume: no checkpoint to resume from in {cfg.work_dir}; training starts at '
+             'the beginning')
+    return path, meta.get('seed')
+
+
+def choose_resume(cfg, resume) -> None:
+    """Decide what the run continues from, in place (``cfg.resume``, ``cfg.load_from``, a
+    seed the config leaves open), and say it: with ``resume='auto'`` or after a restart or
+    requeue (:func:`restart_count`), the work dir's newest checkpoint; else the one ``resume``
+    names. Rank 0 alone chooses, every rank takes its choice or its error: ranks looking on
+    their own could see different files (a save landing in between).
+
+    Args:
+        cfg (Config): the run's config.
+        resume (str | None): ``'auto'``, a checkpoint path, or None (no ``--resume``).
+    """
+    shared = torch_dist.is_available() and torch_dist.is_initialized() and \
+        torch_dist.get_world_size() > 1
+    choice = [None, None, None]  # path, seed, error
+    if not shared or torch_dist.get_rank() == 0:
+        try:
+            choice[:2] = _choose_checkpoint(cfg, resume)
+        except Exception as err:  # noqa: BLE001 - every rank raises it, below
+            if not shared:
+                raise
+            choice[2] = err
+    if shared:
+        torch_dist.broadcast_object_list(choice, src=0, group=flag_group())
+    path, seed, error = choice
+    if error is not None:
+        raise error
+    cfg.resume = path is not None
+    if path is None:
+        if resume == 'auto':
+            cfg.load_from = None
+        return
+    cfg.load_from = path
+    randomness = cfg.get('randomness') or ConfigDict()
+    if randomness.get('seed') is None and seed is not None:
+        randomness['seed'] = seed
+        cfg.randomness = randomness
 
 
 def build_runner(cfg):
     """``RUNNERS.build(cfg)`` when the config names a ``runner_type`` (as MMDetection's tools),
-    otherwise :class:`~cvt_mm.engine.runner.ExactResumeRunner` (a config that is not built on
-    ours); the log names the CPU allocator setting (:func:`cpu_allocator_note`)."""
+    otherwise :class:`~cvt_mm.engine.runner.ExactResumeRunner`; the log says whether this
+    process's malloc reuses large freed blocks (tools/misc/cpu_malloc.sh)."""
     from mmengine.registry import RUNNERS
 
     from .runner import ExactResumeRunner
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else ExactResumeRunner.from_cfg(cfg)
-    runner.logger.info(f'CPU allocator: {cpu_allocator_note()}')
+    runner.logger.info('CPU allocator: ' + (
+        'large freed blocks reused (MALLOC_MMAP_MAX_=0: tools/misc/cpu_malloc.sh)'
+        if os.environ.get('MALLOC_MMAP_MAX_') == '0' else
+        "glibc's default (on a CPU, `bash tools/misc/cpu_malloc.sh python tools/train.py ...` "
+        'and the launchers reuse large freed blocks: docs/benchmarks.md, "CPU allocator")'))
     return runner
 
 
-# ---------------------------------------------------------------------------------- the tools
 def setup_launch(cfg, config_path: str, train: bool, resume: Optional[str] = None) -> None:
-    """Everything between the config and the runner, for ``tools/train.py`` (``train=True``)
-    and ``tools/test.py``: the datasets the run reads checked on disk (training: train and,
-    with a ``val_cfg``, val; testing: test, whose data workers then die with their process),
-    ``--launcher`` made to work (:func:`prepare_distributed`) and, for training, the
-    checkpoint to continue from (:func:`~cvt_mm.engine.resume.choose_resume`: ``resume``
-    is ``--resume``'s value, ``'auto'`` without one).
+    """Everything between the config and the runner: the data on disk, ``--launcher``
+    (:func:`prepare_distributed`) and, for training, the checkpoint (:func:`choose_resume`).
 
     Args:
-        cfg (Config): from :func:`config_from_args` (its ``launcher`` set); changed in place.
+        cfg (Config): from :func:`config_from_args`; changed in place.
         config_path (str): the config file, for messages.
-        train (bool): set up a training run, else a test run.
-        resume (str, optional): ``--resume``. Default None.
+        train (bool): a training run, else a test run.
+        resume (str, optional): ``--resume`` (``'auto'`` without a file). Default None.
     """
     if train:
         dataloaders = ['train_dataloader'] + (['val_dataloader'] if cfg.get('val_cfg') else [])
@@ -347,9 +406,8 @@ def setup_launch(cfg, config_path: str, train: bool, resume: Optional[str] = Non
 
 def run_and_finish(run: Callable[[], object]) -> None:
     """Call ``run`` (which builds and runs the runner, so that nothing else holds it), then
-    end the process group (:func:`finish_distributed`). After a preemption checkpoint
-    (``TrainingPreempted``, from SIGTERM/SIGUSR1) the group ends without waiting for peers
-    that may be gone, and the exception is raised again: exit code 75."""
+    end the process group; after a preemption without waiting for peers that may be gone,
+    raising ``TrainingPreempted`` again (exit code 75)."""
     try:
         run()
     except TrainingPreempted as stop:

@@ -12,9 +12,8 @@ Example (a config)::
         constructor='BackboneLayerDecayOptimWrapperConstructor',
         paramwise_cfg=dict(layer_decay_rate=0.9, norm_decay_mult=0.))
 
-MMPretrain's engine package imports its models, and they MMDetection's, matplotlib
-included: this module is imported when a config names the constructor
-(:func:`cvt_mm.engine.optim.build_backbone_layer_decay_constructor`), not by ``import cvt_mm``.
+Loaded when a config names the constructor (MMPretrain's engine package loads its and
+MMDetection's model zoos), not by ``import cvt_mm``.
 """
 from mmpretrain.engine.optimizers import LearningRateDecayOptimWrapperConstructor
 

@@ -1,12 +1,8 @@
-"""Data-loader workers that die with the process that started them.
-
-:func:`guard_data_worker` (a ``worker_init_fn``) makes each worker die with the process that
-started it (Linux ``PR_SET_PDEATHSIG``, or a pidfd under the ``forkserver`` start method), so a
-rank killed by SIGKILL leaves no orphaned workers holding memory, and leaves SIGTERM/SIGUSR1 to
-the main process (see :class:`cvt_mm.engine.hooks.PreemptionHook`), which stops the workers
-itself. The process that configures them (:func:`guarded_worker_init_cfg`) runs
-:func:`kill_guarded_children` at interpreter exit, since Python ends daemonic children with the
-SIGTERM such workers ignore.
+"""Data-loader workers that die with the process that started them (:func:`guard_data_worker`),
+also when it is SIGKILLed, and leave SIGTERM/SIGUSR1 to it (``PreemptionHook``); the process
+that configures them ends them at its exit (:func:`kill_guarded_children`), since Python ends
+daemonic children with the SIGTERM they ignore. (PyTorch's own watchdog polls the parent every
+few seconds, and takes a fork server for it.)
 
 Example::
 
@@ -37,8 +33,8 @@ _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
 def _die_with_parent(parent_pid: int) -> bool:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux); False where
-    that is not available."""
+    """Ask the kernel to SIGKILL this process when its parent dies (Linux); False where it
+    cannot."""
     if not sys.platform.startswith('linux'):
         return False
     try:
@@ -53,10 +49,9 @@ def _die_with_parent(parent_pid: int) -> bool:
 
 
 def _die_with_process(pid: int) -> bool:
-    """SIGKILL this process when process ``pid``, not its parent, ends: a watcher thread
-    waits on a pidfd of it (Linux 5.3+). For workers started through the fork server, whose
-    parent is the server; the server outlives the training process (every worker holds it
-    open). False where pidfds are not available."""
+    """SIGKILL this process when process ``pid`` ends, by a thread waiting on its pidfd (Linux
+    5.3+): for workers of the fork server, which outlives the training process. False where
+    pidfds are not available."""
     if not hasattr(os, 'pidfd_open'):
         return False
     try:
@@ -85,10 +80,8 @@ def _ignores_sigterm(pid: int) -> bool:
 
 
 def kill_guarded_children() -> None:
-    """At interpreter exit ``multiprocessing`` ends daemonic children with SIGTERM and then
-    waits for them; guarded data workers ignore SIGTERM, so the exit would wait forever.
-    This runs first (registered later, atexit is LIFO) and SIGKILLs the daemonic children
-    that ignore SIGTERM; the others are left to ``multiprocessing``."""
+    """SIGKILL the daemonic children that ignore SIGTERM, at interpreter exit before
+    ``multiprocessing``'s handler (atexit is LIFO), which would SIGTERM them and wait forever."""
     stubborn = [c for c in multiprocessing.active_children()
                 if c.daemon and _ignores_sigterm(c.pid)]
     if stubborn:
@@ -101,18 +94,11 @@ def kill_guarded_children() -> None:
 @FUNCTIONS.register_module()
 def guard_data_worker(worker_id: int, seed: Optional[int] = None,
                       num_workers: Optional[int] = None, rank: Optional[int] = None) -> None:
-    """``worker_init_fn`` for data-loader workers of long runs.
-
-    * The worker is killed when the training process that started it dies, also by
-      SIGKILL, so it cannot linger as an orphan holding memory (Linux: by the kernel for
-      ``fork`` and ``spawn`` workers, by a watcher thread on a pidfd for ``forkserver``
-      workers, whose parent is the fork server; elsewhere the worker relies on PyTorch's
-      own watchdog).
-    * Where that protection holds, SIGTERM and SIGUSR1 are ignored in the worker: schedulers
-      send them to every process, and a worker that died of them would crash the training
-      process before it could save a checkpoint (:class:`~cvt_mm.engine.hooks.PreemptionHook`).
-    * With ``seed`` given, the worker's generators are seeded as MMEngine's default
-      ``worker_init_fn`` does (``num_workers * rank + worker_id + seed``).
+    """``worker_init_fn``: the worker dies with the training process that started it (Linux:
+    the kernel for ``fork``/``spawn`` workers, a pidfd for ``forkserver`` ones; elsewhere
+    PyTorch's watchdog), and there ignores SIGTERM and SIGUSR1, which schedulers send to every
+    process: a worker dying of them would crash the training process before its checkpoint.
+    With ``seed``, it is seeded as MMEngine's ``worker_init_fn`` does.
 
     Args:
         worker_id (int): passed by PyTorch.
@@ -143,9 +129,8 @@ def guard_data_worker(worker_id: int, seed: Optional[int] = None,
 
 
 def guarded_worker_init_cfg(seed: Optional[int] = None) -> dict:
-    """The ``worker_init_fn`` config of :func:`guard_data_worker`. The process that asks
-    for it is the one whose exit would wait for such workers: from then on it ends them at
-    exit (:func:`kill_guarded_children`)."""
+    """The ``worker_init_fn`` config of :func:`guard_data_worker`; from now on this process
+    ends such workers at its exit (:func:`kill_guarded_children`)."""
     global _exit_kills_guarded_children
     if not _exit_kills_guarded_children:
         _exit_kills_guarded_children = True

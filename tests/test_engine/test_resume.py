@@ -11,9 +11,11 @@ import time
 
 import pytest
 import torch
+from mmengine.config import Config
 
 from cvt_mm.checkpoint import read_checkpoint
-from cvt_mm.engine import find_resumable_checkpoint
+from cvt_mm.checkpoint.io import CheckpointError
+from cvt_mm.engine.launch import choose_resume, find_resumable_checkpoint
 from cvt_mm.engine.runner import TRAINING_HOOKS
 
 from helpers import (
@@ -68,22 +70,25 @@ def _save(path, iteration):
                path)
 
 
-def test_a_truncated_newest_checkpoint_is_skipped_for_the_newest_readable(tmp_path):
+def test_a_truncated_checkpoint_to_resume_from_is_named_before_the_runner_starts(tmp_path):
+    """Our tools write whole files (tools/train.py's atomic backend); one another tool cut
+    short stops the resume with its name and what it is, not deep inside MMEngine."""
     _save(tmp_path / 'iter_2.pth', 2)
     _save(tmp_path / 'iter_4.pth', 4)
     data = (tmp_path / 'iter_4.pth').read_bytes()
-    (tmp_path / 'iter_4.pth').write_bytes(data[:len(data) // 2])  # written by an older tool
+    (tmp_path / 'iter_4.pth').write_bytes(data[:len(data) // 2])
     (tmp_path / 'last_checkpoint').write_text(str(tmp_path / 'iter_4.pth'))
-    path, skipped = find_resumable_checkpoint(str(tmp_path))
-    assert path == str(tmp_path / 'iter_2.pth')
-    assert len(skipped) == 1 and 'iter_4.pth' in skipped[0] and 'truncated' in skipped[0]
+    assert find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'iter_4.pth')
+    with pytest.raises(CheckpointError, match=r'iter_4\.pth .*(truncated|ends too early)'):
+        choose_resume(Config(dict(work_dir=str(tmp_path))), 'auto')
 
 
 def test_nothing_to_resume_is_said_plainly(tmp_path):
-    assert find_resumable_checkpoint(str(tmp_path)) == (None, [])
+    assert find_resumable_checkpoint(str(tmp_path)) is None
     torch.save({'w': torch.ones(1)}, tmp_path / 'backbone.pth')  # weights, not a training run
-    path, skipped = find_resumable_checkpoint(str(tmp_path))
-    assert path is None and 'not a training checkpoint' in skipped[0]
+    with pytest.raises(ValueError, match='backbone.pth is not a training checkpoint '
+                                         r'\(no state_dict, optimizer, meta\)'):
+        choose_resume(Config(dict(work_dir=str(tmp_path))), 'auto')
 
 
 # ----------------------------------------------------------------------------- exact resume

@@ -1,12 +1,6 @@
 """Stopping at the start when the model and the data disagree on the classes, and at the
 first batch whose label maps hold a value that is no class (:class:`ClassesCheckHook`,
-opt-in; the configs of docs/custom_data.md enable it).
-
-Example::
-
-    custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-    custom_hooks = [dict(type='ClassesCheckHook')]
-"""
+opt-in; the configs of docs/custom_data.md enable it)."""
 from __future__ import annotations
 
 from mmengine.hooks import Hook
@@ -16,9 +10,6 @@ __all__ = ['ClassesCheckHook', 'classifying_heads', 'head_problems', 'data_probl
            'stray_labels']
 
 
-# --------------------------------------------------------------------------------------------
-# The model and the data agree on the classes
-# --------------------------------------------------------------------------------------------
 def _leaf_datasets(dataset) -> list:
     """The datasets under MMEngine's and the toolboxes' wrappers (Concat, Repeat,
     ClassBalanced, MultiImageMix...)."""
@@ -31,13 +22,9 @@ def _leaf_datasets(dataset) -> list:
 
 def classifying_heads(model) -> list:
     """``(name, module, num_classes)`` of every part of ``model`` whose ``num_classes`` must be
-    the dataset's number of classes.
-
-    Left out: the model itself (MMSegmentation's ``EncoderDecoder`` repeats its decode head's),
-    RPN heads (class-agnostic: object or not), parts with ``num_classes=0`` (our backbones'
-    classification stage switched off, as in every detection and segmentation config) and
-    parts whose ``num_classes`` is not an int (``LabelSmoothLoss``: None).
-    """
+    the dataset's number of classes: not the model itself (MMSegmentation's repeats its decode
+    head's), RPN heads (class-agnostic), ``num_classes=0`` (our backbones' classification stage
+    off) or a ``num_classes`` that is no int (``LabelSmoothLoss``: None)."""
     heads = []
     for name, module in model.named_modules():
         num_classes = getattr(module, 'num_classes', None)
@@ -64,18 +51,10 @@ def _classes(dataset) -> tuple:
 
 
 def head_problems(model, classes: tuple, split: str) -> list:
-    """Heads of ``model`` whose ``num_classes`` is not ``len(classes)``, one sentence each.
-
-    Args:
-        model (nn.Module): the detector, segmentor or classifier (not a DDP wrapper).
-        classes (tuple[str]): the dataset's classes.
-        split (str): how to name the dataset, e.g. ``'train'``.
-
-    Returns:
-        list[str]: what to set, e.g. ``'model.roi_head.mask_head.num_classes is 80
-        (FCNMaskHead), but the train dataset has 3 classes: set
-        model.roi_head.mask_head.num_classes=3'``.
-    """
+    """What to set for each head of ``model`` (nn.Module, unwrapped) whose ``num_classes`` is
+    not ``len(classes)`` (tuple[str]) of the ``split`` (str, e.g. ``'train'``) dataset: a list
+    of sentences such as ``'model.roi_head.mask_head.num_classes is 80 (...), but the train
+    dataset has 3 classes: set model.roi_head.mask_head.num_classes=3'``."""
     problems = []
     for name, module, num_classes in classifying_heads(model):
         if num_classes == len(classes):
@@ -95,19 +74,10 @@ def head_problems(model, classes: tuple, split: str) -> list:
 
 def data_problems(dataset, split: str) -> list:
     """Where the files of ``dataset`` would give its labels other classes' names, one sentence
-    each: classes that are not category names of a COCO-format annotation file or not in its
-    order (MMDetection numbers the file's categories in the file's order, so a missing name
-    drops a class and shifts the others, another order renames them), and classes that are
-    not an MMPretrain folder dataset's class folders in sorted order (MMPretrain numbers the
-    folders sorted and only checks their count).
-
-    Args:
-        dataset: a built dataset (wrappers are looked through).
-        split (str): how to name the dataset, e.g. ``'train'``.
-
-    Returns:
-        list[str]: the problems, with the ``classes`` to write.
-    """
+    each: classes that are not a COCO-format annotation file's category names in its order
+    (MMDetection numbers them in the file's order), or not an MMPretrain folder dataset's
+    class folders, sorted (MMPretrain checks only their count). ``dataset`` is built
+    (wrappers are looked through); ``split`` (str) names it. Returns list[str]."""
     classes = _classes(dataset)
     problems = []
     for leaf in _leaf_datasets(dataset):
@@ -173,26 +143,13 @@ def stray_labels(data_samples, classes: tuple, ignore_index: int, split: str) ->
 
 @HOOKS.register_module()
 class ClassesCheckHook(Hook):
-    """Stop at the start of training or testing when the model and the data disagree on the
-    classes, with what to change.
-
-    A user's dataset has its own classes, and every head that classifies must know their
-    number: Mask R-CNN's ``bbox_head`` and ``mask_head`` (not the class-agnostic RPN),
-    RetinaNet's ``bbox_head``, UperNet's ``decode_head`` and ``auxiliary_head``, the classifier's
-    backbone logits (``out_type='logits'``) and MMPretrain's ``data_preprocessor``. A head left
-    at COCO's 80 or ADE20K's 150 trains without an error; a box or decode head then predicts
-    classes that do not exist, which COCO evaluation cannot score at all (no metrics, one
-    logged error) and mIoU counts as misses, after the whole run. This hook also checks that
-    the classes are category names of a COCO-format annotation file, in the file's order, and
-    that they are the class folders, sorted, of an MMPretrain folder dataset: otherwise labels
-    get other classes' names (MMDetection and MMPretrain do not check either).
-
-    Checked before training (the train and val datasets) and before testing (the test
-    dataset); raises ``ValueError`` listing every disagreement. Segmentation label maps are
-    checked batch by batch, before the model sees them (:func:`stray_labels`): a value that
-    is neither a class index nor the ignore index raises ``ValueError`` naming the file.
-    MMDetection's ``NumClassCheckHook`` cannot be used with our backbones: it also checks the
-    backbone's ``num_classes``, which is 0 in detection configs.
+    """Stop at the start of training (train and val data) or testing (test data) when the
+    model and the data disagree on the classes (:func:`head_problems`, :func:`data_problems`),
+    and at a batch whose label maps hold a value that is neither a class nor the ignore index
+    (:func:`stray_labels`), with ``ValueError`` saying what to change. A head left at COCO's
+    80 or ADE20K's 150 classes trains without an error and is found wrong only by the
+    evaluation after the run. MMDetection's ``NumClassCheckHook`` also checks the backbone's
+    ``num_classes``, which is 0 in our detection configs.
 
     Example::
 

@@ -1,12 +1,5 @@
 """Stopping training at the first non-finite loss, before it reaches the weights
-(:class:`FiniteLossHook`; every training config of ours lists it:
-configs/_base_/training_guards.py).
-
-Example (a config not built on ours)::
-
-    custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
-    custom_hooks = [dict(type='FiniteLossHook')]
-"""
+(:class:`FiniteLossHook`; configs/_base_/training_guards.py lists it)."""
 from __future__ import annotations
 
 import torch
@@ -35,18 +28,11 @@ def _image_files(data_batch) -> list:
 class FiniteLossHook(Hook):
     """Stop training at the first non-finite loss before it reaches the weights.
 
-    A NaN or infinite loss (a corrupt image decoded into NaNs, an overflow) makes every
-    gradient and then every weight NaN, and a checkpoint saved afterwards is useless. This
-    hook checks the loss where the optimizer wrapper receives it, before ``backward`` and the
-    optimizer step, on every rank together (one all-reduce of a flag under DDP, on the gloo
-    group of :func:`~cvt_mm.engine.flags.flag_group`), and raises
-    ``FloatingPointError`` naming the iteration, the loss terms that are not finite and the
-    batch's image files. No checkpoint is written for that iteration, so the newest
-    checkpoint is the last good one. MMDetection's ``CheckInvalidLossHook`` checks after the
-    step, when the weights are already NaN.
-
-    Args:
-        None.
+    The loss is checked where the optimizer wrapper receives it, before ``backward`` and the
+    step, on every rank together (an all-reduce of a flag on
+    :func:`~cvt_mm.engine.flags.flag_group`); ``FloatingPointError`` names the iteration and
+    the batch's image files, and no checkpoint is written for that iteration.
+    MMDetection's ``CheckInvalidLossHook`` checks after the step, when the weights are NaN.
     """
     priority = 'VERY_HIGH'
 
@@ -55,8 +41,6 @@ class FiniteLossHook(Hook):
         self._iteration = 0
 
     def before_train(self, runner) -> None:
-        if get_world_size() > 1:
-            flag_group()  # created by every rank at the same point
         wrapper = runner.optim_wrapper
         if getattr(wrapper, '_cvt_mm_finite_guard', False):
             return
