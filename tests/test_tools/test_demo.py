@@ -12,7 +12,7 @@ import torch
 from mmengine.config import Config
 from PIL import Image
 
-from helpers import CONFIGS, SHAPES, load_tool, run_tool
+from helpers import CONFIGS, ROOT, SHAPES, load_tool, run_tool
 
 PRETRAIN = osp.join(CONFIGS, 'demo', 'imagenet_cvt13_demo.py')
 DETECT = osp.join(CONFIGS, 'demo', 'mask_rcnn_cvt13_demo.py')
@@ -95,7 +95,7 @@ def test_predictions_are_pasted_at_a_multiple_of_the_size_from_the_same_input(ra
     from mmcv.transforms import Compose
     from mmdet.utils import get_test_pipeline_cfg
 
-    from cvt_mm.visualization import predict_upsampled
+    from cvt_mm.apis.visualization import predict_upsampled
     model, image = random_detector
     pipeline = [t for t in get_test_pipeline_cfg(model.cfg) if t['type'] != 'LoadAnnotations']
     data = Compose(pipeline)(dict(img_path=image, img_id=0))
@@ -116,7 +116,7 @@ def test_predictions_are_pasted_at_a_multiple_of_the_size_from_the_same_input(ra
 def test_best_predictions_keeps_the_best_above_the_threshold():
     from mmengine.structures import InstanceData
 
-    from cvt_mm.visualization import best_predictions
+    from cvt_mm.apis.visualization import best_predictions
     instances = InstanceData(scores=torch.tensor([0.2, 0.9, 0.6, 0.7, 0.95]),
                              labels=torch.arange(5))
     kept = best_predictions(instances, score_thr=0.5, max_count=3)
@@ -127,7 +127,7 @@ def test_best_predictions_keeps_the_best_above_the_threshold():
 def test_enlarge_labels_scales_every_font_size():
     from mmdet.visualization import DetLocalVisualizer
 
-    from cvt_mm.visualization import enlarge_labels
+    from cvt_mm.apis.visualization import enlarge_labels
     visualizer = DetLocalVisualizer()
     seen = []
     draw_texts = visualizer.draw_texts
@@ -233,6 +233,35 @@ def test_demo_evaluation_agrees_with_the_last_validation(demo_run, stage, keys):
     printed = (f'Mask R-CNN bbox: mAP {tested["coco/bbox_mAP"]:.3f}' if 'coco/bbox_mAP' in keys
                else f'UperNet: mIoU {tested["mIoU"]:.2f}')
     assert printed in log
+
+
+def test_readme_and_the_demo_page_state_the_same_results():
+    summary = load_tool('misc/demo_summary')
+    pages = {name: summary.stated_results(open(osp.join(ROOT, name), encoding='utf-8').read())
+             for name in ('README.md', 'docs/demo.md')}
+    assert pages['README.md'] == pages['docs/demo.md']
+    with pytest.raises(ValueError, match='states mIoU nowhere'):
+        summary.stated_results('**bbox mAP 0.660 (AP50 1.0), segm mAP 0.856 (AP50 1.0)**')
+
+
+def test_the_demo_says_whether_it_reached_the_pages_numbers():
+    summary = load_tool('misc/demo_summary')
+    stated = {'bbox mAP': 0.66, 'segm mAP': 0.856, 'mIoU': 99.59}
+    same = {'bbox mAP': 0.6604, 'segm mAP': 0.8558, 'mIoU': 99.587}
+    assert summary.compare(same, stated) == \
+        'docs/demo.md: this run gives the numbers the page states'
+    moved = dict(same, **{'bbox mAP': 0.7101})
+    assert summary.compare(moved, stated).startswith(
+        'docs/demo.md: this run differs: bbox mAP 0.710 (page 0.66). Expected on another CPU')
+
+
+@pytest.mark.slow
+def test_the_demo_ends_comparing_its_results_with_the_page(demo_run):
+    """On a few images the numbers are not the page's: the run says so, and names both."""
+    _, _, stdout = demo_run
+    line = stdout.strip().splitlines()[-1]
+    assert line.startswith('docs/demo.md: this run differs: bbox mAP '), line
+    assert 'update README.md and docs/demo.md' in line
 
 
 @pytest.mark.slow

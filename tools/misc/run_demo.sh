@@ -10,7 +10,7 @@
 #      which inherits configs/upernet_cvt13_ade20k.py)
 #   6. evaluate its mIoU with tools/test.py, which also draws ground truth | prediction pairs
 #   7. pictures: a grid of val detections beside their ground truth, one image's detections
-#   8. training curves of the three trainings
+#   8. training curves of the three trainings; then the results, compared with docs/demo.md's
 # Seeded and deterministic (`randomness` in every config).
 # Everything is written under the current directory, where the configs look for it, as
 # `tools/train.py` puts it by default: data/demo/, work_dirs/<config name>/, outputs/demo/.
@@ -96,28 +96,4 @@ done
 total=$(( $(date +%s) - start ))
 echo
 echo "== demo done in $(( total / 60 ))m$(( total % 60 ))s"
-"$PY" - "$PRETRAIN_DIR" "$DET_DIR/test" "$SEG_DIR/test" "$OUT" <<'SUMMARY'
-import glob, json, os.path as osp, sys
-pretrain_dir, det_test, seg_test, out = sys.argv[1:]
-def newest(pattern):
-    return sorted(glob.glob(pattern))[-1]
-pretrain = [json.loads(line) for line in
-            open(newest(osp.join(pretrain_dir, '*', 'vis_data', 'scalars.json')))]
-top1 = [line for line in pretrain if 'accuracy/top1' in line][-1]['accuracy/top1']
-print(f'pretraining: val top-1 {top1:.2f}%')
-coco = json.load(open(newest(osp.join(det_test, '*', '*.json'))))
-for kind in ('bbox', 'segm'):
-    print(f'Mask R-CNN {kind}: mAP {coco[f"coco/{kind}_mAP"]:.3f}  '
-          f'AP50 {coco[f"coco/{kind}_mAP_50"]:.3f}  AP75 {coco[f"coco/{kind}_mAP_75"]:.3f}')
-seg = json.load(open(newest(osp.join(seg_test, '*', '*.json'))))
-print(f'UperNet: mIoU {seg["mIoU"]:.2f}  mAcc {seg["mAcc"]:.2f}  aAcc {seg["aAcc"]:.2f}')
-print('pictures:')
-for path in sorted(glob.glob(osp.join(out, '*.jpg'))):
-    print(f'  {path}')
-segmentation = sorted(glob.glob(osp.join(out, 'segmentation', '**', '*.png'), recursive=True))
-if segmentation:
-    print(f'  {osp.dirname(segmentation[0])}/  ({len(segmentation)} ground truth | prediction '
-          'pictures of UperNet)')
-for path in sorted(glob.glob(osp.join(out, 'curves', '*', '*.png'))):
-    print(f'  {path}')
-SUMMARY
+"$PY" "$ROOT/tools/misc/demo_summary.py" "$PRETRAIN_DIR" "$DET_DIR/test" "$SEG_DIR/test" "$OUT"
