@@ -25,10 +25,15 @@ class PaceHook(Hook):
 
     Args:
         seconds (float): the pause. Defaults to 0.5.
+        first_run_seconds (float, optional): the pause of a slurm job's first run instead
+            (``SLURM_RESTART_COUNT`` unset or 0), so that a real time limit falls within it
+            and the requeued run ends before its own. Defaults to None (``seconds``).
     """
 
-    def __init__(self, seconds: float = 0.5):
+    def __init__(self, seconds: float = 0.5, first_run_seconds: float = None):
         self.seconds = seconds
+        if first_run_seconds is not None and int(os.environ.get('SLURM_RESTART_COUNT', 0)) == 0:
+            self.seconds = first_run_seconds
 
     def before_train_iter(self, runner, batch_idx: int, data_batch=None) -> None:
         time.sleep(self.seconds)

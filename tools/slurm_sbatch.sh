@@ -50,8 +50,22 @@ step=$!
 # (bash then keeps its status for the next `wait`). So wait until a wait ends with no relay
 # during it: srun's own exit status.
 while relayed=; wait "$step"; status=$?; [ "$status" -gt 128 ] && [ -n "$relayed" ]; do :; done
+# A job that slurm itself is ending (plain `scancel JOB`, a time limit without --signal) is
+# COMPLETING by now; `scontrol requeue` would bring even that one back, so a cancelled job
+# could never be stopped. Only a job still RUNNING (its tasks stopped by a signal that asked
+# for a checkpoint) is requeued.
 if [ "$status" -eq "$PREEMPTED" ]; then
-    echo "slurm_sbatch: the tasks checkpointed and stopped; requeueing job $SLURM_JOB_ID"
-    scontrol requeue "$SLURM_JOB_ID"
+    state=$(scontrol show job "$SLURM_JOB_ID" --oneliner 2>/dev/null)
+    [[ $state == *JobState=* ]] && state=${state##*JobState=} && state=${state%% *} || state=
+    case $state in
+    RUNNING | '')
+        echo "slurm_sbatch: the tasks checkpointed and stopped; requeueing job $SLURM_JOB_ID"
+        scontrol requeue "$SLURM_JOB_ID" ;;
+    *)
+        echo "slurm_sbatch: the tasks checkpointed and stopped; slurm is ending job" \
+            "$SLURM_JOB_ID ($state: scancel, or a time limit without --signal)," \
+            "so it is not requeued. Continue from the checkpoint with: sbatch ..." \
+            "tools/slurm_sbatch.sh $CONFIG $WORK_DIR --resume" ;;
+    esac
 fi
 exit "$status"

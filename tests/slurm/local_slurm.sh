@@ -96,13 +96,16 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 JobRequeue=1
 ReturnToService=2
-KillWait=30
+# SIGTERM to SIGKILL after a cancel or a time limit: 60 s (slurm's default 30), so that a test
+# iteration paced to outlast the time limit, and its checkpoint, fit (test_slurm.py ENDINGS).
+KillWait=60
 MinJobAge=300
 InactiveLimit=0
 PreemptType=preempt/partition_prio
 PreemptMode=REQUEUE
 NodeName=$host ${hardware}Gres=gpu:$cpus State=UNKNOWN
 PartitionName=batch Nodes=$host Default=YES MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=REQUEUE GraceTime=$GRACE OverSubscribe=NO
+PartitionName=batch_cancel Nodes=$host MaxTime=INFINITE State=UP PriorityTier=1 PreemptMode=CANCEL GraceTime=$GRACE OverSubscribe=NO
 PartitionName=urgent Nodes=$host MaxTime=INFINITE State=UP PriorityTier=10 PreemptMode=OFF OverSubscribe=NO
 EOF
 }

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import textwrap
 import time
+import types
 
 import numpy as np
 import pytest
@@ -31,8 +32,13 @@ from cvt_mm.engine.exact_resume import (
     start_loader_at,
 )
 from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
-from cvt_mm.engine.launch import first_slurm_host, slurm_environment
-from cvt_mm.engine.resume import describe_restart, find_resumable_checkpoint, restart_count
+from cvt_mm.engine.launch import (
+    choose_resume,
+    find_resumable_checkpoint,
+    first_slurm_host,
+    restart_count,
+    slurm_environment,
+)
 from cvt_mm.engine.runner import (
     RESUMABLE_LOOPS,
     TRAINING_HOOKS,
@@ -40,7 +46,7 @@ from cvt_mm.engine.runner import (
     add_training_guards,
 )
 
-from helpers import EXIT_PROBE_ENV, ROOT, repo_config
+from helpers import EXIT_PROBE_ENV, ROOT, free_port, repo_config
 
 
 class RandomDataset:
@@ -324,22 +330,26 @@ SLOW_SCANCEL = '\n'.join([  # answers once srun has exited during it
     'until [ -e "$DIR/exiting" ]; do "$SLEEP" 0.05; done', '"$SLEEP" 0.5'])
 
 
-def _run_batch_script(tmp_path, srun, scancel=None, signal_=None, srun_exit=75):
+def _run_batch_script(tmp_path, srun, scancel=None, signal_=None, srun_exit=75,
+                      job_state='RUNNING'):
     """tools/slurm_sbatch.sh as sbatch runs it, with PATH holding only setsid and the
-    stand-ins for srun, scontrol and (unless None) scancel; ``signal_`` is sent to the
-    script once srun has started. Returns (exit status, output, the calls made)."""
+    stand-ins for srun, scontrol (``scontrol show job`` answers ``job_state``) and (unless
+    None) scancel; ``signal_`` is sent to the script once srun has started. Returns (exit
+    status, output, the calls made)."""
     import shutil
     bin_dir = tmp_path / 'bin'
     bin_dir.mkdir()
     os.symlink(shutil.which('setsid'), bin_dir / 'setsid')
-    stand_ins = {'srun': srun, 'scontrol': 'echo "scontrol $*" >> "$DIR/calls"',
-                 'scancel': scancel}
+    stand_ins = {'srun': srun, 'scancel': scancel, 'scontrol': '\n'.join([
+        'echo "scontrol $*" >> "$DIR/calls"',
+        '[ "$1" != show ] || echo "JobId=42 JobName=slurm_sbatch.sh JobState=$JOB_STATE"'])}
     for name, body in stand_ins.items():
         if body is not None:
             (bin_dir / name).write_text(f'#!{shutil.which("bash")}\n{body}\n')
             (bin_dir / name).chmod(0o755)
     env = dict(PATH=str(bin_dir), DIR=str(tmp_path), SLEEP=shutil.which('sleep'),
-               SRUN_EXIT=str(srun_exit), SLURM_JOB_ID='42', SLURM_SUBMIT_DIR=ROOT)
+               SRUN_EXIT=str(srun_exit), SLURM_JOB_ID='42', SLURM_SUBMIT_DIR=ROOT,
+               JOB_STATE=job_state)
     proc = subprocess.Popen([shutil.which('bash'), SBATCH_SCRIPT, 'config.py', 'work'],
                             env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
@@ -362,13 +372,29 @@ def _run_batch_script(tmp_path, srun, scancel=None, signal_=None, srun_exit=75):
     return proc.returncode, output, calls
 
 
+SHOW_JOB = 'scontrol show job 42 --oneliner'
+
+
+def test_the_batch_script_does_not_requeue_a_job_that_slurm_is_ending(tmp_path):
+    """A plain ``scancel JOB`` (or a time limit without --signal) signals every process:
+    the tasks checkpoint and exit 75 while the job is COMPLETING. Requeued, the cancelled
+    job would come back (test_slurm.py saw it); the script says so and leaves it ended."""
+    status, output, calls = _run_batch_script(tmp_path, FAKE_SRUN_EXITS, SLOW_SCANCEL,
+                                              signal.SIGTERM, job_state='COMPLETING')
+    assert (status, calls) == (75, ['scancel --signal=TERM 42', SHOW_JOB]), output
+    assert 'slurm is ending job 42 (COMPLETING: scancel, or a time limit without --signal), ' \
+           'so it is not requeued. Continue from the checkpoint with: sbatch ... ' \
+           'tools/slurm_sbatch.sh config.py work --resume' in output
+
+
 def test_the_batch_script_requeues_when_srun_ends_while_its_relay_runs(tmp_path):
     """srun exits with 75 (the tasks checkpointed on their own signal) while the trap's
     scancel still runs: bash reaps srun during the trap, and the script must still take
     srun's status and requeue, not end with the trap's 138."""
     status, output, calls = _run_batch_script(tmp_path, FAKE_SRUN_EXITS, SLOW_SCANCEL,
                                               signal.SIGUSR1)
-    assert (status, calls) == (75, ['scancel --signal=USR1 42', 'scontrol requeue 42']), output
+    assert (status, calls) == (75, ['scancel --signal=USR1 42', SHOW_JOB,
+                                    'scontrol requeue 42']), output
     assert 'requeueing job 42' in output
 
 
@@ -383,15 +409,15 @@ def test_without_scancel_the_batch_script_stops_the_tasks_through_srun(tmp_path)
     forwards to its tasks (test_slurm.py checks that with slurm's srun)."""
     status, output, calls = _run_batch_script(tmp_path, FAKE_SRUN_STOPS_ON_USR1,
                                               signal_=signal.SIGTERM)
-    assert (status, calls) == (75, ['srun: SIGUSR1, forwarded to the tasks',
+    assert (status, calls) == (75, ['srun: SIGUSR1, forwarded to the tasks', SHOW_JOB,
                                     'scontrol requeue 42']), output
     assert 'slurm_sbatch: SIGTERM, no scancel on PATH: passed on to the tasks as SIGUSR1 by ' \
            'srun' in output
 
 
 # ----------------------------------------------------------------------------- restarts
-def test_restarts_are_told_by_torchrun_and_slurm_together(monkeypatch):
-    for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT'):
+def test_restarts_are_told_by_torchrun_and_slurm_together(monkeypatch, capsys):
+    for name in ('TORCHELASTIC_RESTART_COUNT', 'SLURM_RESTART_COUNT', 'RANK'):
         monkeypatch.delenv(name, raising=False)
     assert restart_count() == 0
     monkeypatch.setenv('SLURM_RESTART_COUNT', '2')
@@ -401,9 +427,10 @@ def test_restarts_are_told_by_torchrun_and_slurm_together(monkeypatch):
     assert restart_count() == 2
     monkeypatch.setenv('TORCHELASTIC_RESTART_COUNT', '1')
     assert restart_count() == 3
-    line = describe_restart('/nonexistent', None)
-    assert line.startswith('slurm requeue 2, after a preemption, a time limit or a failure '
-                           'and torchrun restart 1 of')
+    choose_resume(Config(dict(work_dir='/nonexistent')), None)
+    assert capsys.readouterr().out.startswith(
+        'slurm requeue 2, after a preemption, a time limit or a failure and torchrun restart 1 '
+        'of')
 
 
 def _training_checkpoint(path, iteration, epoch=0):
@@ -411,27 +438,32 @@ def _training_checkpoint(path, iteration, epoch=0):
                 'meta': {'iter': iteration, 'epoch': epoch}}, path)
 
 
-def test_the_restart_message_names_the_checkpoint_and_the_work_lost(tmp_path, monkeypatch):
+def test_a_restart_resumes_from_the_newest_checkpoint_and_says_which(tmp_path, monkeypatch,
+                                                                     capsys):
+    """Whatever the command line asked for: the failed attempt may have written newer ones."""
+    for name in ('SLURM_RESTART_COUNT', 'RANK'):
+        monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv('TORCHELASTIC_RESTART_COUNT', '1')
     monkeypatch.setenv('TORCHELASTIC_MAX_RESTARTS', '3')
+    cfg = Config(dict(work_dir=str(tmp_path)))
+    choose_resume(cfg, None)
+    assert capsys.readouterr().out == (f'torchrun restart 1 of 3, after a process of the job '
+                                       f'failed: no checkpoint in {tmp_path}: training starts '
+                                       'again at iteration 1\n')
+    assert not cfg.resume
     _training_checkpoint(tmp_path / 'iter_40.pth', 40, 1)
-    line = describe_restart(str(tmp_path), str(tmp_path / 'iter_40.pth'))
-    assert line.startswith('torchrun restart 1 of 3') and 'iteration 40, epoch 1' in line
-    assert 'left no heartbeat' in line
-    (tmp_path / 'heartbeat.json').write_text(
-        '{"iter": 52, "epoch": 1, "time": %f, "interval": 10, "seconds_per_iter": 5.0}'
-        % time.time())
-    line = describe_restart(str(tmp_path), str(tmp_path / 'iter_40.pth'))
-    assert '12 iterations (about 1.0 min) are lost, and up to 10 s after that record' in line
-    line = describe_restart(str(tmp_path), None)
-    assert 'training starts again at iteration 1' in line and '52 iterations' in line
+    choose_resume(cfg, str(tmp_path / 'iter_40.pth.old'))
+    assert capsys.readouterr().out == (f'torchrun restart 1 of 3, after a process of the job '
+                                       f'failed: resuming from {tmp_path}/iter_40.pth '
+                                       '(iteration 40, epoch 1)\n')
+    assert cfg.resume and cfg.load_from == str(tmp_path / 'iter_40.pth')
 
 
 def test_a_restart_picks_the_newest_write_when_epoch_and_iteration_names_mix(tmp_path):
     _training_checkpoint(tmp_path / 'iter_1800.pth', 1800, 2)  # a preemption checkpoint...
     time.sleep(0.01)
     _training_checkpoint(tmp_path / 'epoch_3.pth', 2250, 3)  # ...then the next epoch's
-    assert find_resumable_checkpoint(str(tmp_path)) == (str(tmp_path / 'epoch_3.pth'), [])
+    assert find_resumable_checkpoint(str(tmp_path)) == str(tmp_path / 'epoch_3.pth')
 
 
 # ----------------------------------------------------------------------------- tools/train.py
@@ -484,7 +516,6 @@ DEAD_PEER = textwrap.dedent('''
 @pytest.mark.parametrize('peer_lifetime', [0, 60], ids=['peer-exited', 'peer-stuck'])
 def test_a_stop_that_cannot_be_agreed_exits_without_waiting_or_writing(tmp_path,
                                                                        peer_lifetime):
-    from conftest import free_port
     env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR='127.0.0.1',
                MASTER_PORT=str(free_port()), WORLD_SIZE='2')
     procs = [subprocess.Popen([sys.executable, '-c', DEAD_PEER, str(peer_lifetime),
@@ -522,6 +553,7 @@ def test_a_rank_stops_exactly_when_the_flag_it_sent_says_so(monkeypatch):
 
     def all_reduce(tensor, op=None, group=None, async_op=False):
         sent.append(int(tensor.item()))  # the peer sends 0: the maximum is this rank's flag
+        return types.SimpleNamespace(wait=lambda timeout=None: True)  # answered at once
 
     monkeypatch.setattr(preemption, 'get_dist_info', lambda: (0, 2))
     monkeypatch.setattr(torch.distributed, 'all_reduce', all_reduce)
@@ -591,7 +623,6 @@ def test_the_per_iteration_flags_travel_on_a_gloo_group_created_once(tmp_path):
     peer: the flags must go through a gloo group beside the default one."""
     import json
 
-    from conftest import free_port
     env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR='127.0.0.1',
                MASTER_PORT=str(free_port()), WORLD_SIZE='2', OMP_NUM_THREADS='1')
     procs = [subprocess.Popen([sys.executable, '-c', SIDE_GROUP, '3'], cwd=tmp_path,
@@ -636,7 +667,6 @@ def test_finish_distributed_ends_gloo_threads_a_finished_runner_still_held(tmp_p
     where a rank sometimes aborted (exit -6) after a run that had finished."""
     import json
 
-    from conftest import free_port
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, EXIT_PROBE_ENV['PYTHONPATH']]),
                MASTER_ADDR='127.0.0.1', MASTER_PORT=str(free_port()), WORLD_SIZE='2',
                OMP_NUM_THREADS='1')
@@ -712,10 +742,9 @@ def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, re
     epoch-based with ``max_epochs``; 12 iterations per epoch), exact resume, the stop on
     ``signals``; one optimizer step every ``accumulative_counts`` iterations; ``checkpoint``:
     the CheckpointHook's settings."""
-    from mmengine.runner import Runner
     torch.manual_seed(0)  # the initial weights
     by_epoch = max_epochs is not None
-    runner = Runner(
+    runner = ExactResumeRunner(  # the runner gives the loop the checkpoint's position back
         model=_toy_model(), work_dir=str(work_dir), experiment_name=name,
         train_dataloader=dict(dataset=ToyData(), batch_size=2, num_workers=num_workers,
                               sampler=dict(type='DefaultSampler' if by_epoch else
@@ -762,7 +791,7 @@ def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(t
                                                              seed=None)
     log = ''.join(p.read_text() for p in tmp_path.rglob('*.log'))
     assert "Training guards added (not in the config's custom_hooks): FiniteLossHook, " \
-        'ExactResumeHook, HeartbeatHook' in log
+        'ExactResumeHook\n' in log
 
 
 def test_the_preemption_hook_a_config_lists_answers_signals_when_training_only(tmp_path):
@@ -943,13 +972,12 @@ CHOOSE = textwrap.dedent('''
     import torch.distributed as dist
     from mmengine.config import Config
     import cvt_mm  # noqa
-    from cvt_mm.engine import resume
-    from cvt_mm.engine.launch import finish_distributed
-    from cvt_mm.engine.resume import choose_resume
+    from cvt_mm.engine import launch
+    from cvt_mm.engine.launch import choose_resume, finish_distributed
 
     work, rank = sys.argv[1], int(os.environ['RANK'])
     looked = os.path.join(work, 'rank_0_looked')
-    real_find = resume.find_resumable_checkpoint
+    real_find = launch.find_resumable_checkpoint
 
     def find(work_dir):
         if rank == 1:  # rank 1 looks after rank 0...
@@ -962,7 +990,7 @@ CHOOSE = textwrap.dedent('''
             open(looked, 'w').close()
         return found
 
-    resume.find_resumable_checkpoint = find
+    launch.find_resumable_checkpoint = find
     dist.init_process_group('gloo')
     cfg = Config(dict(work_dir=work))
     choose_resume(cfg, 'auto')
@@ -972,7 +1000,6 @@ CHOOSE = textwrap.dedent('''
 
 
 def test_every_rank_resumes_from_the_checkpoint_rank_0_chose(tmp_path):
-    from conftest import free_port
     torch.save({'state_dict': {}, 'optimizer': {}, 'meta': {'iter': 2, 'seed': 2}},
                tmp_path / 'iter_2.pth')
     env = dict(os.environ, PYTHONPATH=ROOT, MASTER_ADDR='127.0.0.1',
@@ -993,7 +1020,6 @@ def test_every_rank_resumes_from_the_checkpoint_rank_0_chose(tmp_path):
 def test_the_resumed_checkpoint_is_read_once(tmp_path, monkeypatch):
     """Choosing the checkpoint, taking its seed and describing the restart read it once,
     mapped rather than copied into memory."""
-    from cvt_mm.engine.resume import choose_resume
     path = str(tmp_path / 'iter_6.pth')
     torch.save({'state_dict': {'w': torch.ones(3)}, 'optimizer': {},
                 'meta': {'iter': 6, 'epoch': 1, 'seed': 7}}, path)
@@ -1049,7 +1075,7 @@ def test_a_save_removes_what_killed_saves_left_and_keeps_live_ones(tmp_path):
         # The live writer's part file is there, so that keeping it is something to check.
         assert len(being_written) == 1, _parts(tmp_path)
         from cvt_mm.checkpoint.io import write_atomically
-        write_atomically(b'{}', tmp_path / 'heartbeat.json')  # the next save
+        write_atomically(b'{}', tmp_path / 'last_checkpoint')  # the next save
         assert _parts(tmp_path) == being_written, \
             f'part files after the next save: {_parts(tmp_path)}; expected {being_written}'
     finally:

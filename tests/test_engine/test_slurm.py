@@ -19,7 +19,6 @@ import pytest
 from cvt_mm.checkpoint import read_checkpoint
 
 from cluster_runs import assert_same_weights, drop_checkpoints, exact_config, pointer_is
-from conftest import free_port
 from helpers import (
     EXIT_PROBE_ENV,
     PACED_ENV,
@@ -28,6 +27,7 @@ from helpers import (
     assert_no_gloo_threads_at_exit,
     det_user_config,
     executed_iterations,
+    free_port,
     narrow_config,
 )
 
@@ -184,15 +184,12 @@ def _assert_stopped_and_resumed(text, work, job, signal_name, ranks=2) -> int:
 
 # How each way of stopping a job reaches it (slurm 22.05.8, src/slurmctld/job_mgr.c and
 # src/slurmd/slurmd/req.c): `--signal=USR1@N` makes slurmctld signal every process of the job's
-# steps N s before the limit, which `scancel --signal=USR1` does now; `--signal=B:USR1@N`
-# makes it send the same request with the batch flag (send_job_warn_signal: job_signal with
-# warn_flags = KILL_JOB_BATCH), which is what `scancel --batch` sends: only the batch shell
-# receives it. `scancel --full` signals the batch shell's process group, which held srun
-# before tools/slurm_sbatch.sh moved it out (srun answers SIGTERM with SIGKILL to its tasks).
+# steps N s before the limit; `--signal=B:USR1@N` makes it send the same request with the
+# batch flag (send_job_warn_signal: job_signal with warn_flags = KILL_JOB_BATCH): only the
+# batch shell receives it. `scancel --full` signals the batch shell's process group, which
+# held srun before tools/slurm_sbatch.sh moved it out (srun answers SIGTERM with SIGKILL to
+# its tasks).
 STOPS = {
-    'time limit, --signal=USR1@N': (['--signal=USR1@600'], ['--signal=USR1'], 'SIGUSR1', False),
-    'batch shell, --signal=B:USR1@N': (['--signal=B:USR1@600'], ['--batch', '--signal=USR1'],
-                                       'SIGUSR1', True),
     'whole job, scancel --signal=TERM --full': ([], ['--full', '--signal=TERM'], 'SIGTERM',
                                                 True),
 }
@@ -218,6 +215,34 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes_identically(
     assert (relayed in text) == through_the_script, text[-4000:]
     assert _assert_stopped_and_resumed(text, work, job, signal_name) == 5
     assert 'Resuming epoch 2 at batch 3/3' in text.split('slurm requeue 1,', 1)[1]
+    assert_same_weights(reference, work / 'iter_6.pth')
+    drop_checkpoints(work)
+
+# A real time limit: --time=4 with the signal 150 s before it, so slurmctld sends it 90 to
+# 120 s into the job (it looks every 30 s), after the tasks' start-up (the handlers are
+# installed then) and while the first run, paced 20 s before each iteration and checkpoint,
+# lasts three minutes more; the requeued run, unpaced, ends before its own signal. (Whether
+# the script relays it: B: signals the batch shell only.)
+TIME_LIMITS = {'--signal=USR1@150': False, '--signal=B:USR1@150': True}
+
+
+@pytest.mark.parametrize('signal_option', list(TIME_LIMITS))
+def test_the_time_limit_signal_checkpoints_requeues_and_resumes_identically(
+        slurm, sbatch_reference, signal_option):
+    """The job reaches its real time limit's warning: SIGUSR1 to the tasks (directly, or
+    through the batch script) -> one checkpoint -> exit 75 -> requeued -> resumed from that
+    checkpoint, with the weights of the uninterrupted job."""
+    root, config, reference = sbatch_reference
+    name = 'time_limit_' + ('batch_shell' if 'B:' in signal_option else 'tasks')
+    work, log = root / name, root / f'{name}.log'
+    pace = f'custom_hooks.{_pace_hook_index(config)}.first_run_seconds=20'
+    job = _sbatch(slurm, log, '--ntasks=2', '--requeue', '--time=4', signal_option,
+                  SBATCH_SCRIPT, config, str(work), '--cfg-options', pace)
+    _wait_job(slurm, job, ('RUNNING', ), log)  # then PENDING again means requeued
+    text = _requeued_run(slurm, job, log)
+    relayed = 'slurm_sbatch: SIGUSR1, passed on to the tasks'
+    assert (relayed in text) == TIME_LIMITS[signal_option], text[-4000:]
+    _assert_stopped_and_resumed(text, work, job, 'SIGUSR1')
     assert_same_weights(reference, work / 'iter_6.pth')
     drop_checkpoints(work)
 
@@ -290,27 +315,102 @@ def test_a_relayed_stop_requeues_and_resumes_identically_whatever_the_relay_meet
     drop_checkpoints(work)
 
 
+# The batch partition preempts with PreemptMode=REQUEUE, batch_cancel with CANCEL
+# (tests/slurm/local_slurm.sh); both send SIGTERM to the tasks at the start of the grace time.
+# In CANCEL mode slurm would cancel the job at the grace time's end; the job is still RUNNING
+# when the tasks have stopped, so the script's requeue brings it back as REQUEUE mode does.
+@pytest.mark.parametrize('partition', ['batch', 'batch_cancel'])
 def test_a_preempted_job_checkpoints_in_its_grace_time_and_resumes_identically(
-        slurm, sbatch_reference):
+        slurm, sbatch_reference, partition):
     """A job of the `urgent` partition (higher priority tier) needs a CPU the training job
-    holds: slurm preempts it with PreemptMode=REQUEUE, sending SIGTERM to its tasks at the
-    start of the grace time. The tasks checkpoint and stop, the job is requeued, the urgent
-    job runs, then the training job resumes."""
+    holds: slurm preempts it, sending SIGTERM to its tasks at the start of the grace time.
+    The tasks checkpoint and stop, the job is requeued, the urgent job runs, then the
+    training job resumes."""
     root, config, reference = sbatch_reference
-    work, log = root / 'preempted', root / 'preempted.log'
-    job = _sbatch(slurm, log, '-p', 'batch', '--ntasks=2', '--requeue', SBATCH_SCRIPT, config,
-                  str(work))
+    work, log = root / f'preempted_{partition}', root / f'preempted_{partition}.log'
+    job = _sbatch(slurm, log, '-p', partition, '--ntasks=2', '--requeue', SBATCH_SCRIPT,
+                  config, str(work))
     # The scheduler preempts within a few seconds of the urgent job's submission: ask early
     # enough that the stop lands before the last iteration.
     _wait_checkpoint(slurm, job, work, 'iter_2.pth', log)
-    urgent = _sbatch(slurm, root / 'urgent.log', '-p', 'urgent', '--ntasks=1', '--wrap',
-                     'sleep 1')
-    _wait_job(slurm, urgent, ('COMPLETED', ), root / 'urgent.log')
+    urgent_log = root / f'urgent_{partition}.log'
+    urgent = _sbatch(slurm, urgent_log, '-p', 'urgent', '--ntasks=1', '--wrap', 'sleep 1')
+    _wait_job(slurm, urgent, ('COMPLETED', ), urgent_log)
     text = _requeued_run(slurm, job, log)
     assert 'passed on to the tasks' not in text  # to the tasks, not to the batch shell
     _assert_stopped_and_resumed(text, work, job, 'SIGTERM')
     assert_same_weights(reference, work / 'iter_6.pth')
     drop_checkpoints(work)
+
+
+# Endings that signal every process of the job, srun of the batch step included, and leave
+# it ending (slurm 22.05: slurmctld marks the job CANCELLED or TIMEOUT, and slurmd's
+# _rpc_terminate_job and _rpc_timelimit send SIGTERM to every step, then SIGKILL after
+# KillWait). srun says "forcing job termination", but the tasks, signalled themselves, finish
+# their iteration and checkpoint within KillWait. (sbatch options, the ending, the pace of the
+# first run's iterations in seconds, the job's final state.)
+ENDINGS = {
+    'scancel JOB': ([], lambda env, job: _slurm(env, 'scancel', job), None, 'CANCELLED'),
+    # Paced so that the limit (2 minutes; slurmctld looks every 30 s) falls mid-run, 20 s
+    # before each of the 6 iterations and 3 checkpoints: 3 minutes and the start-up. The
+    # iteration under way and the checkpoint then take up to 45 s, within the test cluster's
+    # KillWait of 60 s (tests/slurm/local_slurm.sh).
+    'time limit without --signal': (['--time=2'], None, 20, 'TIMEOUT'),
+}
+
+
+@pytest.mark.parametrize('ending', list(ENDINGS))
+def test_a_job_that_slurm_ends_checkpoints_stays_ended_and_resumes_identically(
+        slurm, sbatch_reference, ending):
+    """Slurm ends the job (a user's plain scancel, the time limit without --signal): the
+    tasks checkpoint on the SIGTERM and exit 75, the script sees the job COMPLETING and does
+    not requeue it (a requeue would bring a cancelled job back), the checkpoints are whole,
+    and ``--resume`` in a new job continues from the one written at the signal and ends with
+    the weights of the uninterrupted job."""
+    sbatch_options, end, pace, final = ENDINGS[ending]
+    root, config, reference = sbatch_reference
+    name = re.sub(r'\W+', '_', ending)
+    work, log = root / name, root / f'{name}.log'
+    paced = [] if pace is None else [
+        '--cfg-options', f'custom_hooks.{_pace_hook_index(config)}.seconds={pace}']
+    job = _sbatch(slurm, log, '--ntasks=2', '--requeue', *sbatch_options, SBATCH_SCRIPT,
+                  config, str(work), *paced)
+    if end is not None:
+        _wait_checkpoint(slurm, job, work, 'iter_2.pth', log)
+        end(slurm, job)
+    info = _wait_job(slurm, job, ('COMPLETED', 'FAILED', 'CANCELLED', 'TIMEOUT'), log)
+    text = _tail(log, 10 ** 6)
+    assert (info['JobState'], info['Restarts']) == (final, '0'), f'{info}\n{text[-4000:]}'
+    stopped = re.search(r'SIGTERM: stopping after iteration (\d) on every process', text)
+    assert stopped, text[-4000:]
+    stop = int(stopped.group(1))
+    assert _task_exit_codes(text) == {0: 75, 1: 75}, text[-4000:]
+    assert f'slurm is ending job {job} (COMPLETING: scancel, or a time limit without ' \
+           '--signal), so it is not requeued' in text, text[-4000:]
+    # Whole checkpoints only: each loads, no temporary file is left, the pointer names the
+    # one written at the signal.
+    for path in work.glob('*.pth'):
+        read_checkpoint(str(path))
+    assert not list(work.glob('.*.part')), list(work.iterdir())
+    assert pointer_is(work, f'iter_{stop}.pth')()
+    resumed_log = root / f'{name}_resumed.log'
+    again = _sbatch(slurm, resumed_log, '--ntasks=2', SBATCH_SCRIPT, config, str(work),
+                    '--resume')
+    info = _wait_job(slurm, again, ('COMPLETED', 'FAILED', 'CANCELLED'), resumed_log)
+    resumed = _tail(resumed_log, 10 ** 6)
+    assert info['JobState'] == 'COMPLETED', resumed[-4000:]
+    assert f'--resume: resuming from {work}/iter_{stop}.pth' in resumed, resumed[-4000:]
+    for rank in range(2):
+        assert executed_iterations(work, rank) == [list(range(1, stop + 1)),
+                                                   list(range(stop + 1, 7))]
+    assert_same_weights(reference, work / 'iter_6.pth')
+    drop_checkpoints(work)
+
+
+def _pace_hook_index(config) -> int:
+    from mmengine.config import Config
+    hooks = Config.fromfile(config).custom_hooks
+    return [h['type'] for h in hooks].index('PaceHook')
 
 
 def test_torchrun_in_a_job_requeued_by_the_scheduler_resumes_instead_of_starting_over(
