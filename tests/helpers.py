@@ -1,6 +1,6 @@
 """What the tests share: the checkout's paths, the repository's tools run as a user runs
 them, tiny datasets in the real layouts, user configs on them, and checkpoints of random
-models. (The models and synthetic batches come from :mod:`cvt_mm.builders`, re-exported
+models. (The models and synthetic batches come from :mod:`cvt_mm.apis.builders`, re-exported
 here.)
 
 Example::
@@ -16,6 +16,7 @@ import importlib.util
 import os
 import os.path as osp
 import re
+import socket
 import subprocess
 import sys
 import tempfile
@@ -26,7 +27,7 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from warm_tools import WarmTools
 
-from cvt_mm.builders import (  # noqa: F401  (re-exported for the tests)
+from cvt_mm.apis.builders import (  # noqa: F401  (re-exported for the tests)
     TASKS,
     build_model_from_config,
     load_config,
@@ -376,6 +377,19 @@ PACED_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests'))
 DEFAULT_MALLOC_ENV = dict(MALLOC_MMAP_MAX_=None, MALLOC_TRIM_THRESHOLD_=None)
 
 
+# Iterations of each two-process run of conftest's dist_train fixture: DDP's bookkeeping
+# breaks on the second one, so run more.
+DIST_ITERATIONS = 3
+
+
+def free_port() -> int:
+    """A TCP port of 127.0.0.1 that was free a moment ago (the kernel's pick), for a
+    launcher's ``PORT`` / ``MASTER_PORT``."""
+    with socket.socket() as probe:
+        probe.bind(('127.0.0.1', 0))
+        return probe.getsockname()[1]
+
+
 # Launched ranks report the gloo threads left at their exit (tests/exit_probe/sitecustomize.py).
 EXIT_PROBE_ENV = dict(PYTHONPATH=osp.join(ROOT, 'tests', 'exit_probe'))
 
@@ -470,7 +484,7 @@ def load_script(path: str):
     return module
 
 
-# One per pytest process (closed at the session's end by tests/conftest.py).
+# One per pytest process; its fork server ends with the process.
 WARM_TOOLS = WarmTools(ROOT)
 
 
