@@ -96,9 +96,9 @@ SelectTypeParameters=CR_Core
 SchedulerType=sched/backfill
 JobRequeue=1
 ReturnToService=2
-# SIGTERM to SIGKILL after a cancel or a time limit: 60 s (slurm's default 30), so that a test
+# SIGTERM to SIGKILL after a cancel or a time limit: 120 s (slurm's default 30), so that a test
 # iteration paced to outlast the time limit, and its checkpoint, fit (test_slurm.py ENDINGS).
-KillWait=60
+KillWait=120
 MinJobAge=300
 InactiveLimit=0
 PreemptType=preempt/partition_prio
