@@ -12,11 +12,13 @@ env:
 demo: env
 	bash tools/misc/run_demo.sh
 
-# Two pytest-xdist workers, whole test modules each (tests/conftest.py): on 2 cores the suite's
-# single-threaded parts (imports, tool start-up) fill the core the other worker leaves idle.
-# xdist's public options: whole modules (loadfile), started in the collection's order (its
-# longest modules first, tests/conftest.py), not sorted by their number of tests.
-TEST_WORKERS ?= 2
+# Three pytest-xdist workers on 2 cores, whole test modules each: the real-slurm module holds
+# one worker for about 20 minutes while its jobs mostly wait (paced iterations, time limits),
+# and the other two keep both cores busy meanwhile (2026-12-05: 26:57 against 32:33 with two
+# workers; memory at most 17.7 GB of 24; docs/development.md). xdist's public options: whole
+# modules (loadfile), started in the collection's order (the longest modules first,
+# tests/conftest.py), not sorted by their number of tests.
+TEST_WORKERS ?= 3
 TEST_XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 # Under tools/misc/cpu_malloc.sh, as the launchers run training: glibc's malloc reuses large
