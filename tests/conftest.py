@@ -27,9 +27,9 @@ from helpers import (
 # idle (longest first, as a scheduler of jobs of known length does). The rest keep their order;
 # --no-loadscope-reorder keeps xdist from sorting the modules by their number of tests instead.
 LONGEST_FIRST = ('test_every_model', 'test_benchmarks', 'test_slurm', 'test_distributed',
-                 'test_detseg_tools', 'test_cluster_units', 'test_onnx_export',
-                 'test_cluster_training', 'test_python_api', 'test_resume', 'test_custom_data',
-                 'test_demo', 'test_gpu_check', 'test_two_nodes_netns')
+                 'test_detseg_tools', 'test_trained_floors', 'test_cluster_units',
+                 'test_onnx_export', 'test_cluster_training', 'test_python_api', 'test_resume',
+                 'test_custom_data', 'test_demo', 'test_gpu_check', 'test_two_nodes_netns')
 
 
 def pytest_collection_modifyitems(config, items):
