@@ -11,9 +11,18 @@ from __future__ import annotations
 
 import os.path as osp
 import pickle
+import re
 from typing import Sequence
 
 import numpy as np
+
+
+def printed_metric(log: str, name: str) -> float:
+    """The last value of the metric ``name`` (``coco/bbox_mAP``, ``mIoU``...) that a tool's
+    output ``log`` printed; ``AssertionError`` with the log's end if none."""
+    values = re.findall(rf'{re.escape(name)}: (-?[\d.]+)', log)
+    assert values, f'{name} not printed:\n{log[-3000:]}'
+    return float(values[-1])
 
 
 def _array(value) -> np.ndarray:

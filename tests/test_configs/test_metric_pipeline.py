@@ -6,13 +6,13 @@ printed and recomputed metrics (test_every_model.py) cannot tell, since both sid
 pycocotools evaluation."""
 import os
 import os.path as osp
-import re
 
 import numpy as np
 import pytest
 import torch
 from PIL import Image
 
+from dumped_metrics import printed_metric
 from helpers import ROOT, SEG_CLASSES, SHAPES, head_user_config, run_tool
 
 pytestmark = pytest.mark.slow
@@ -35,12 +35,6 @@ def evaluate(tmp_path, base, tiny_data, model: str) -> str:
     return proc.stdout + proc.stderr
 
 
-def printed(log: str, name: str) -> float:
-    values = re.findall(rf'{re.escape(name)}: (-?[\d.]+)', log)
-    assert values, f'{name} not printed:\n{log[-3000:]}'
-    return float(values[-1])
-
-
 # mode -> (bbox mAP, mAP_50, mAP_75), (segm mAP, mAP_50, mAP_75). Shifted boxes overlap their
 # own at IoU 0.62: matched at the thresholds 0.50, 0.55, 0.60 of the ten (3/10), not at 0.75;
 # their masks are not moved.
@@ -58,7 +52,8 @@ def test_coco_metrics_of_known_detections(mode, tiny_data, tmp_path):
                    f"type='OracleDetector', ann_file={ann_file!r}, classes={list(SHAPES)!r}, "
                    f"mode={mode!r}, data_preprocessor=dict(type='DetDataPreprocessor')")
     for kind, expected in zip(('bbox', 'segm'), DETECTION[mode]):
-        got = tuple(printed(log, f'coco/{kind}_{name}') for name in ('mAP', 'mAP_50', 'mAP_75'))
+        got = tuple(printed_metric(log, f'coco/{kind}_{name}')
+                    for name in ('mAP', 'mAP_50', 'mAP_75'))
         assert got == pytest.approx(expected, abs=1e-3), (kind, got)
 
 
@@ -105,4 +100,4 @@ def test_miou_of_known_label_maps(confuse, tiny_data, tmp_path):
     log = evaluate(tmp_path, 'upernet_cvt13_ade20k.py', tiny_data,
                    f"type='OracleSegmentor', confuse={confuse!r}, "
                    "data_preprocessor=dict(type='SegDataPreProcessor')")
-    assert printed(log, 'mIoU') == pytest.approx(round(expected, 2), abs=0.006)
+    assert printed_metric(log, 'mIoU') == pytest.approx(round(expected, 2), abs=0.006)

@@ -29,7 +29,7 @@ from typing import NamedTuple
 
 import pytest
 
-from dumped_metrics import coco_average_precisions, mean_iou
+from dumped_metrics import coco_average_precisions, mean_iou, printed_metric
 from helpers import (
     CONFIGS,
     SEG_CLASSES,
@@ -128,7 +128,7 @@ def test_the_pretrained_narrow_cvt_classifies_above_its_floor(pretrained):
     config, checkpoint = pretrained
     log = run_tool(['test.py', config, checkpoint, '--work-dir', osp.dirname(checkpoint)],
                    timeout=600, warm=True)
-    top1 = printed(log.stdout + log.stderr, 'accuracy/top1')
+    top1 = printed_metric(log.stdout + log.stderr, 'accuracy/top1')
     print(f'trained value: classification accuracy/top1 {top1}')  # shown by pytest -rP
     assert top1 >= floor(CLASSIFICATION), (top1, floor(CLASSIFICATION))
 
@@ -160,12 +160,6 @@ def narrow_model(base: str, checkpoint: str) -> str:
     return 'model = dict(' + ', '.join(parts) + ')\n'
 
 
-def printed(log: str, name: str) -> float:
-    values = re.findall(rf'{re.escape(name)}: (-?[\d.]+)', log)
-    assert values, f'{name} not printed:\n{log[-3000:]}'
-    return float(values[-1])
-
-
 @pytest.mark.parametrize('base', sorted(HEADS), ids=[osp.splitext(n)[0] for n in sorted(HEADS)])
 def test_a_trained_head_rises_above_its_floor(base, demo_data, pretrained, tmp_path):
     head = HEADS[base]
@@ -192,7 +186,7 @@ def test_a_trained_head_rises_above_its_floor(base, demo_data, pretrained, tmp_p
                     '--out', dump], timeout=600, warm=True)
     log = log.stdout + log.stderr
     for name, measured in head.measured.items():
-        value = printed(log, name)
+        value = printed_metric(log, name)
         print(f'trained value: {base} {name} {value}')  # shown by pytest -rP
         # The value printed is the one the dumped predictions give (test_every_model.py's
         # recomputation), then it must reach the floor.
