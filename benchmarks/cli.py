@@ -10,8 +10,9 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   compilation reported apart; ``--vs-hf`` adds Hugging Face's CvT classifier at the same
   arch (path ``hf``) and ``--official PATH`` the official model run from a checkout (path
   ``official``; both :mod:`benchmarks.peers`), each with its time over
-  ours; ``--entry-points`` adds the same model through timm and transformers (paths ``timm``,
-  ``hf-backbone``), each with its time over ours; ``--rounds N`` runs every case N times,
+  ours; ``--entry-points`` adds the same model through timm, transformers and the code of an
+  exported Hub folder (paths ``timm``, ``hf-backbone``, ``hub-code``), each with its time over
+  ours; ``--rounds N`` runs every case N times,
   alternated (ours, then the peers), and prints the medians and the peers' ratios from them.
 * ``train-iter``: one training iteration of a head (``--head``: Mask R-CNN by default,
   Cascade Mask R-CNN, DINO 4-scale, Mask2Former on COCO and ADE20K, Semantic FPN) with
@@ -126,9 +127,10 @@ def build_parser() -> argparse.ArgumentParser:
                    'its time over ours')
     b.add_argument('--entry-points', action='store_true',
                    help='also time the same model through timm (timm.create_model, '
-                   'features_only for maps) and transformers (AutoModel on our backbone '
-                   'config; maps only), --model a CvT or CMT with a named arch, and print '
-                   'each time over ours')
+                   'features_only for maps), transformers (AutoModel on our backbone '
+                   "config; maps only) and an exported Hub folder's code (its classifier or "
+                   'backbone), --model a CvT or CMT with a named arch, and print each time '
+                   'over ours')
     b.add_argument('--official', metavar='PATH',
                    help='also time the official model at the same arch (--model a CvT or CMT '
                    "with out_type='logits'), run from PATH, the root of a checkout of "
@@ -259,7 +261,8 @@ def _backbone(args) -> int:
         return 0
     peers = (['hf'] if args.vs_hf else []) + (['official'] if args.official else [])
     if args.entry_points:
-        peers += ['timm'] + ([] if args.model.get('out_type') == 'logits' else ['hf-backbone'])
+        peers += ['timm', 'hub-code'] + (
+            [] if args.model.get('out_type') == 'logits' else ['hf-backbone'])
     try:  # what the peers cannot run is said before anything runs
         for peer in peers:
             for size in args.sizes:

@@ -3,10 +3,13 @@
 our ``--model``:
 
 * Hugging Face's CvT (``--vs-hf``, path ``hf``): :class:`HFCvtLogits`, needs transformers.
-* Our own models through timm and Hugging Face (``--entry-points``, paths ``timm`` and
-  ``hf-backbone``): :class:`EntryPoint`, ``timm.create_model`` (``features_only`` for a
-  feature-map ``--model``) and transformers' ``AutoModel`` on our backbone config, the same
-  modules as ours by another door, which must cost the same.
+* Our own models through timm and Hugging Face (``--entry-points``, paths ``timm``,
+  ``hf-backbone`` and ``hub-code``): :class:`EntryPoint`, ``timm.create_model``
+  (``features_only`` for a feature-map ``--model``), transformers' ``AutoModel`` on our
+  backbone config, and the code of a Hub folder that ``tools/misc/export_pretrained.py``
+  writes (its classifier or backbone class, loaded from the folder by transformers' dynamic
+  modules, as ``trust_remote_code`` loads it where cvt_mm is not installed): the same modules
+  as ours by another door, which must cost the same.
 * The official code (``--official PATH``, path ``official``): :class:`OfficialLogits`, built
   by running, unmodified, the model file of a local checkout (nothing is downloaded):
 
@@ -43,10 +46,10 @@ __all__ = ['HFCvtLogits', 'hf_peer_config', 'EntryPoint', 'entry_point_config',
            'ENTRY_POINTS']
 
 # The attention paths of the peers in the tool's table, and how the table names them.
-ENTRY_POINTS = ('timm', 'hf-backbone')
+ENTRY_POINTS = ('timm', 'hf-backbone', 'hub-code')
 PEER_PATHS = ('hf', 'official') + ENTRY_POINTS
 PEER_NAMES = {'hf': 'Hugging Face', 'official': 'official', 'timm': 'timm',
-              'hf-backbone': 'Hugging Face backbone'}
+              'hf-backbone': 'Hugging Face backbone', 'hub-code': "Hub folder's code"}
 
 # What identifies a checkout, and the file whose model is run.
 OFFICIAL_FILES = {'cvt': 'lib/models/cls_cvt.py', 'cmt': 'cmt_pytorch/cmt.py'}
@@ -113,8 +116,9 @@ def _check_logits(model_cfg: dict, option: str, whose: str) -> None:
 
 # ------------------------------------------------------------------------- entry points
 class EntryPoint(torch.nn.Module):
-    """Our model of ``cfg`` built through timm or transformers, returning a tuple as our
-    backbones do: the maps of ``out_indices`` (stage order), or ``(logits, )`` (timm only).
+    """Our model of ``cfg`` built through timm, transformers or a Hub folder's code,
+    returning a tuple as our backbones do: the maps of ``out_indices`` (stage order), or
+    ``(logits, )`` (timm and the Hub folder's classifier).
 
     Example::
 
@@ -131,6 +135,10 @@ class EntryPoint(torch.nn.Module):
                 features_only=True, out_indices=cfg['out_indices'])
             self.model = timm.create_model(cfg['name'], fast_paths=cfg['fast_paths'],
                                            **cfg['model_kwargs'], **kwargs)
+        elif self.via == 'hub-code':
+            self.logits = cfg['logits']
+            self.model = hub_code_model(cfg)
+            self.model.set_fast_paths(cfg['fast_paths'])
         else:
             from transformers import AutoBackbone
 
@@ -145,12 +153,49 @@ class EntryPoint(torch.nn.Module):
         if self.via == 'timm':
             out = self.model(x)
             return tuple(out) if isinstance(out, list) else (out, )
+        if self.via == 'hub-code' and self.logits:
+            return (self.model(pixel_values=x).logits, )
         return tuple(self.model(x).feature_maps)
+
+
+def hub_code_model(cfg: dict) -> torch.nn.Module:
+    """The model of an :class:`EntryPoint` config as a Hub folder's code runs it: random
+    weights written to a temporary folder by :func:`cvt_mm.models.export.export_pretrained`
+    (what ``tools/misc/export_pretrained.py`` does), then the folder's classifier (logits) or
+    backbone class (maps) loaded from its ``modeling_cvt_mm.py`` by transformers' dynamic
+    modules, not from cvt_mm."""
+    import tempfile
+
+    import timm
+    from transformers.dynamic_module_utils import get_class_from_dynamic_module
+
+    from cvt_mm.models.export import export_pretrained
+    from cvt_mm.models.huggingface import AUTO_CLASSES
+    family = cfg['name'].split('_', 1)[0]
+    folder = tempfile.mkdtemp(prefix='cvt_mm_hub_code_')
+    checkpoint = osp.join(folder, 'random.pth')
+    torch.save(timm.create_model(cfg['name'], num_classes=cfg['num_classes'],
+                                 **cfg['model_kwargs']).state_dict(), checkpoint)
+    export_pretrained(checkpoint, osp.join(folder, 'hub'))
+    auto = 'AutoModelForImageClassification' if cfg['logits'] else 'AutoBackbone'
+    cls = get_class_from_dynamic_module(
+        f'modeling_cvt_mm.{AUTO_CLASSES[family][auto].__name__}', osp.join(folder, 'hub'))
+    if not cls.__module__.startswith('transformers_modules'):
+        raise RuntimeError(f'{cls} came from {cls.__module__}, not the folder\'s code')
+    # The config spells the architecture out: the model's keyword arguments are its fields.
+    config = cls.config_class.from_pretrained(osp.join(folder, 'hub'))
+    unknown = sorted(set(cfg['model_kwargs']) - set(config.to_dict()))
+    if unknown:
+        raise ValueError(f'hub-code: the Hub config has no field {unknown}; fields: '
+                         f'{sorted(config.to_dict())}')
+    maps = {} if cfg['logits'] else dict(out_indices=[i + 1 for i in cfg['out_indices']])
+    return cls.from_pretrained(osp.join(folder, 'hub'), **cfg['model_kwargs'], **maps)
 
 
 def entry_point_config(path: str, model_cfg: dict, fast_paths: bool = True) -> dict:
     """The config of our ``model_cfg`` (a CvT or CMT with a named arch, without output norms:
-    timm and transformers build neither) through ``path`` (``'timm'``, ``'hf-backbone'``)."""
+    timm and transformers build neither) through ``path`` (``'timm'``, ``'hf-backbone'``,
+    ``'hub-code'``)."""
     from cvt_mm.models.export import TIMM_NAMES
     family = str(model_cfg.get('type')).lower()
     arch = model_cfg.get('arch', {'cvt': '13', 'cmt': 's'}.get(family))

@@ -183,8 +183,8 @@ def test_benchmark_backbone_refuses_what_hugging_face_cannot_run(model, message)
 
 @pytest.mark.slow
 def test_benchmark_backbone_times_the_timm_and_hugging_face_entry_points(tmp_path):
-    """The same model through timm and transformers, each in a process of its own: the same
-    parameters and work as ours, and each one's time over ours."""
+    """The same model through timm, transformers and an exported Hub folder's code, each in
+    a process of its own: the same work as ours, and each one's time over ours."""
     out = tmp_path / 'bench.json'
     proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model',
                     "dict(type='CMT', arch='ti', num_classes=0)", '--sizes', '64x96',
@@ -192,7 +192,8 @@ def test_benchmark_backbone_times_the_timm_and_hugging_face_entry_points(tmp_pat
                     '--entry-points', '--json', str(out))
     results = json.loads(out.read_text())['results']
     assert [(r['path'], r['mode']) for r in results] == [
-        (path, mode) for mode in ('infer', 'train') for path in ('sdpa', 'timm', 'hf-backbone')]
+        (path, mode) for mode in ('infer', 'train')
+        for path in ('sdpa', 'timm', 'hub-code', 'hf-backbone')]
     for mode in ('infer', 'train'):
         ours, *others = [r for r in results if r['mode'] == mode]
         for other in others:
@@ -201,6 +202,7 @@ def test_benchmark_backbone_times_the_timm_and_hugging_face_entry_points(tmp_pat
             assert other['peer_over_ours'] == pytest.approx(wall[1] / wall[0])
     assert proc.stdout.count('timm / ours') == 2
     assert proc.stdout.count('Hugging Face backbone / ours') == 2
+    assert proc.stdout.count("Hub folder's code / ours") == 2
 
 
 @pytest.mark.parametrize('model,message', [
