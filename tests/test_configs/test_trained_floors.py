@@ -15,8 +15,8 @@ metric must equal the one recomputed from its dumped predictions and reach the f
 Each floor lies halfway between the metric without learning (the same run at learning rate 0)
 and the lowest of four trained runs (the head's seed 0, 1 and 2 in one thread, seed 0 in two:
 another thread count rounds differently, as another CPU does), all measured on 2026-12-05 on
-this project's 2-core machine (``HEADS`` below). Trained values spread by up to 2.5x between
-those runs (RetinaNet 0.068 to 0.172); the floor assumes another CPU's rounding moves a run no
+this project's 2-core machine (``HEADS`` below). Trained values spread by up to 4x between
+those runs (DINO 0.052 to 0.207); the floor assumes another CPU's rounding moves a run no
 further than they did (not measured on another CPU).
 ``pytest tests/test_configs/test_trained_floors.py -rP`` prints each value reached; another
 ``randomness.seed``, ``OMP_NUM_THREADS=2`` or the learning rate 0 in the train command below
