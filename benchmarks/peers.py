@@ -172,24 +172,25 @@ def hub_code_model(cfg: dict) -> torch.nn.Module:
     from cvt_mm.models.export import export_pretrained
     from cvt_mm.models.huggingface import AUTO_CLASSES
     family = cfg['name'].split('_', 1)[0]
-    folder = tempfile.mkdtemp(prefix='cvt_mm_hub_code_')
-    checkpoint = osp.join(folder, 'random.pth')
-    torch.save(timm.create_model(cfg['name'], num_classes=cfg['num_classes'],
-                                 **cfg['model_kwargs']).state_dict(), checkpoint)
-    export_pretrained(checkpoint, osp.join(folder, 'hub'))
     auto = 'AutoModelForImageClassification' if cfg['logits'] else 'AutoBackbone'
-    cls = get_class_from_dynamic_module(
-        f'modeling_cvt_mm.{AUTO_CLASSES[family][auto].__name__}', osp.join(folder, 'hub'))
-    if not cls.__module__.startswith('transformers_modules'):
-        raise RuntimeError(f'{cls} came from {cls.__module__}, not the folder\'s code')
-    # The config spells the architecture out: the model's keyword arguments are its fields.
-    config = cls.config_class.from_pretrained(osp.join(folder, 'hub'))
-    unknown = sorted(set(cfg['model_kwargs']) - set(config.to_dict()))
-    if unknown:
-        raise ValueError(f'hub-code: the Hub config has no field {unknown}; fields: '
-                         f'{sorted(config.to_dict())}')
     maps = {} if cfg['logits'] else dict(out_indices=[i + 1 for i in cfg['out_indices']])
-    return cls.from_pretrained(osp.join(folder, 'hub'), **cfg['model_kwargs'], **maps)
+    # The folder goes when the weights are loaded: transformers keeps its own copy of the code.
+    with tempfile.TemporaryDirectory(prefix='cvt_mm_hub_code_') as folder:
+        checkpoint, hub = osp.join(folder, 'random.pth'), osp.join(folder, 'hub')
+        torch.save(timm.create_model(cfg['name'], num_classes=cfg['num_classes'],
+                                     **cfg['model_kwargs']).state_dict(), checkpoint)
+        export_pretrained(checkpoint, hub)
+        cls = get_class_from_dynamic_module(
+            f'modeling_cvt_mm.{AUTO_CLASSES[family][auto].__name__}', hub)
+        if not cls.__module__.startswith('transformers_modules'):
+            raise RuntimeError(f'{cls} came from {cls.__module__}, not the folder\'s code')
+        # The config spells the architecture out: the model's keyword arguments are its fields.
+        fields = cls.config_class.from_pretrained(hub).to_dict()
+        unknown = sorted(set(cfg['model_kwargs']) - set(fields))
+        if unknown:
+            raise ValueError(f'hub-code: the Hub config has no field {unknown}; fields: '
+                             f'{sorted(fields)}')
+        return cls.from_pretrained(hub, **cfg['model_kwargs'], **maps)
 
 
 def entry_point_config(path: str, model_cfg: dict, fast_paths: bool = True) -> dict:

@@ -544,6 +544,12 @@ def det_user_config(path: str, base: str, data_root: str, work_dir: str, max_epo
 HEAD_IMAGE_SIZE = 64
 
 
+def head_of(config_name: str) -> str:
+    """The head a config of ours is named for: ``'dino_4scale'`` for
+    ``dino_4scale_cvt13_12e_coco.py`` (the name up to its backbone)."""
+    return re.sub(r'_(cvt\d+|cmt_[a-z]+)_.*', '', osp.basename(config_name))
+
+
 def head_user_config(path: str, base: str, tiny_data: str, work_dir: str, **extra) -> str:
     """A user's config of any head (:func:`write_user_config`) on the tiny data of its layout
     (``coco/`` or ``ade/`` under ``tiny_data``): Mask R-CNN and RetinaNet at the side of

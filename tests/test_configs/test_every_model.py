@@ -37,6 +37,7 @@ from helpers import (
     SEG_CLASSES,
     SHAPES,
     head_loss_keys,
+    head_of,
     head_user_config,
     load_tool,
     repo_config,
@@ -89,7 +90,7 @@ def metrics_of(name: str) -> tuple:
 
 def test_every_head_and_backbone_is_a_model_here():
     """The list is the configs, not a choice: 34 models, every head on CvT and on CMT."""
-    heads = {re.sub(r'_(cvt\d+|cmt_[a-z]+)_.*', '', n) for n in MODELS}
+    heads = {head_of(n) for n in MODELS}
     assert heads == {'cascade_mask_rcnn', 'dino_4scale', 'dino_5scale', 'mask2former',
                      'mask_rcnn', 'retinanet', 'sem_fpn', 'upernet'}
     for head in heads:
