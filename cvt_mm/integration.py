@@ -12,8 +12,9 @@ changes without which the registered parts fail on the supported stack:
    models fail to import, and with them every classifier and MMPretrain's registry scope
    (``tests/test_integration.py``). Nothing changes with transformers < 5 or without it.
 2. **torch's safe unpickler**: MMEngine's ``HistoryBuffer`` and numpy's array and scalar
-   types are allow-listed, so a checkpoint MMEngine wrote resumes under torch >= 2.6 without
-   turning safe loading off (``weights_only=False``) for every file.
+   types are allow-listed (:func:`cvt_mm.compat.allow_in_safe_load`), so a checkpoint MMEngine
+   wrote resumes under torch >= 2.6 without turning safe loading off (``weights_only=False``)
+   for every file. Older torch has no allow-list: there our tools' loader (6) reads them.
 3. **MMEngine's** ``HistoryBuffer`` pickles without its default statistics methods (re-added
    when unpickled): they pickle as ``getattr``, which safe loading must keep refusing.
 
@@ -26,7 +27,11 @@ inferencer in a process of their own and wants the same behaviour:
 5. **MMEngine's** ``http(s)://`` **checkpoint loader** becomes
    :func:`~cvt_mm.checkpoint.loading.load_from_http` (cached, verified, safe reading):
    MMEngine's unpickles downloads with ``weights_only=False``.
-6. **MMPretrain's inferencers** build their test pipeline in MMPretrain's registry scope, as
+6. **MMEngine's local checkpoint loader** becomes
+   :func:`~cvt_mm.checkpoint.loading.load_from_local` (:func:`cvt_mm.compat.safe_load`):
+   MMEngine's ``torch.load`` unpickles anything under torch < 2.6, and OneDL's MMEngine falls
+   back to ``weights_only=False`` when safe loading fails.
+7. **MMPretrain's inferencers** build their test pipeline in MMPretrain's registry scope, as
    they already build their model: MMDetection's and MMSegmentation's inferencers leave the
    process's one default scope at ``mmdet``/``mmseg``, and an ``ImageClassificationInferencer``
    built afterwards looked its transforms up there (``KeyError: 'ResizeEdge is not in the
@@ -40,7 +45,7 @@ launchers' (tools/misc/cpu_malloc.sh), read by glibc when a process starts.
 Example::
 
     import cvt_mm          # 1-3 (idempotent)
-    cvt_mm.setup_process()  # 4-6, as tools/train.py does (idempotent)
+    cvt_mm.setup_process()  # 4-7, as tools/train.py does (idempotent)
 """
 from __future__ import annotations
 
@@ -51,6 +56,8 @@ from importlib import metadata
 import numpy as np
 import torch
 from mmengine.registry import DefaultScope
+
+from . import compat
 
 __all__ = ['apply', 'setup_process', 'keep_mmpretrain_importable',
            'allow_mmengine_checkpoints', 'scope_mmpretrain_inferencers']
@@ -161,7 +168,10 @@ def allow_mmengine_checkpoints() -> None:
     Checkpoints written by plain MMEngine (without ``import cvt_mm``) hold the ``getattr``
     references and cannot be resumed safely; weights-only use of them is unaffected."""
     from mmengine.logging.history_buffer import HistoryBuffer
-    torch.serialization.add_safe_globals([HistoryBuffer, *_numpy_globals()])
+    allowed = [HistoryBuffer, *_numpy_globals()]
+    if compat.HAS_ADD_SAFE_GLOBALS:  # torch >= 2.4: MMEngine's own torch.load accepts them
+        torch.serialization.add_safe_globals(allowed)
+    compat.allow_in_safe_load(allowed)  # our loader's restricted unpickler (torch < 2.5)
     HistoryBuffer.__getstate__ = _history_buffer_state
 
 
@@ -177,7 +187,7 @@ def apply() -> None:
 
 
 def setup_process() -> None:
-    """Make changes 4-6 of the module's table, once: what our tools do to their process
+    """Make changes 4-7 of the module's table, once: what our tools do to their process
     before they build a ``Runner`` or an inferencer.
 
     Example:
@@ -192,8 +202,9 @@ def setup_process() -> None:
     from mmengine.runner.checkpoint import CheckpointLoader
 
     from .checkpoint.hub import URL_SCHEMES
-    from .checkpoint.loading import load_from_http
+    from .checkpoint.loading import load_from_http, load_from_local
     from .engine.fileio import AtomicLocalBackend
     register_backend('local', AtomicLocalBackend, force=True, prefixes='')
     CheckpointLoader.register_scheme(prefixes=URL_SCHEMES, loader=load_from_http, force=True)
+    CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
     scope_mmpretrain_inferencers()

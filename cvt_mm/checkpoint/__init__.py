@@ -33,6 +33,7 @@ from .loading import (
     arch_of,
     checkpoint_misfit,
     load_from_http,
+    load_from_local,
     load_pretrained,
     read_checkpoint,
 )
@@ -49,6 +50,6 @@ __all__ = ['StateDict', 'WeightFormat', 'convert_state_dict', 'detect_format',
            'extract_state_dict', 'known_formats', 'register_format', 'DownloadError',
            'cached_download', 'is_url', 'CheckpointError', 'read_local', 'sniff_file',
            'write_atomically', 'arch_of', 'checkpoint_misfit', 'convert_checkpoint',
-           'load_from_http', 'load_pretrained', 'read_checkpoint', 'PUBLISHED',
+           'load_from_http', 'load_from_local', 'load_pretrained', 'read_checkpoint', 'PUBLISHED',
            'PublishedCheckpoint', 'download_hint', 'published', 'published_by_name',
            'published_for_url']

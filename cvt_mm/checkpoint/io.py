@@ -1,7 +1,8 @@
 """The bottom layer of checkpoint I/O: reading weight files safely, and writing files whole
 or not at all. It knows nothing of URLs, formats or published weights (the layers above).
 
-* :func:`read_local`: ``torch.load(weights_only=True)`` or safetensors; a file that is not a
+* :func:`read_local`: ``torch.load(weights_only=True)`` (:func:`cvt_mm.compat.safe_load`) or
+  safetensors; a file that is not a
   readable weight file raises :class:`CheckpointError` saying what it is instead.
 * :func:`write_atomically`: through a temporary file in the same folder and a rename, so a
   reader sees the previous file or the complete new one; temporary files that killed
@@ -25,7 +26,7 @@ import time
 from pathlib import Path
 from typing import Optional, Union
 
-import torch
+from ..compat import safe_load
 
 __all__ = ['CheckpointError', 'sniff_file', 'read_local', 'write_atomically', 'remove_stale_parts']
 
@@ -112,7 +113,7 @@ def _unreadable_error(path: str, kind: str, err: Optional[Exception],
                            f'{type(err).__name__}: {message}')
 
 
-def read_local(path: str, hint: str = '') -> dict:
+def read_local(path: str, hint: str = '', mmap: bool = True) -> dict:
     """Read a local ``.pth``/``.pt``/``.bin``/``.ckpt`` file (safe unpickling) or a
     ``.safetensors`` file.
 
@@ -120,12 +121,13 @@ def read_local(path: str, hint: str = '') -> dict:
     page, truncated, carrying pickled objects) raises :class:`CheckpointError` saying which of
     these it is and what to do; ``hint`` (where such a file is published) is appended.
 
-    ``torch.save`` zip files are memory-mapped (``mmap=True``): tensors are read from the file
-    when first used, so reading a checkpoint for its ``meta`` costs little.
+    ``torch.save`` zip files are memory-mapped unless ``mmap=False``: tensors are read from the
+    file when first used, so reading a checkpoint for its ``meta`` costs little.
 
     Args:
         path (str): the file.
         hint (str): text added to the errors. Defaults to ``''``.
+        mmap (bool): memory-map a zip file. Defaults to True.
 
     Example::
 
@@ -145,9 +147,7 @@ def read_local(path: str, hint: str = '') -> dict:
             return dict(load_file(path, device='cpu'))
         # DeiT/timm-style training scripts (CMT's among them) store their argparse Namespace
         # beside the weights: a plain attribute bag, safe to rebuild.
-        with torch.serialization.safe_globals([argparse.Namespace]):
-            return torch.load(path, map_location='cpu', weights_only=True,
-                              mmap=kind == 'zip')
+        return safe_load(path, extra_globals=[argparse.Namespace], mmap=mmap and kind == 'zip')
     except Exception as err:  # noqa: BLE001 - re-raised with the path, the cause kept
         raise _unreadable_error(path, kind, err, hint) from err
 

@@ -37,8 +37,8 @@ from .hub import cached_download, is_url
 from .io import CheckpointError, read_local
 from .published import download_hint, published_for_url
 
-__all__ = ['read_checkpoint', 'load_from_http', 'arch_of', 'fit_state_dict', 'load_pretrained',
-           'checkpoint_misfit', 'log']
+__all__ = ['read_checkpoint', 'load_from_http', 'load_from_local', 'arch_of', 'fit_state_dict',
+           'load_pretrained', 'checkpoint_misfit', 'log']
 
 
 def log(message: str, level: int = logging.INFO, logger=None) -> None:
@@ -93,6 +93,21 @@ def load_from_http(filename: str, map_location=None) -> dict:
         >>> load_checkpoint(model, 'https://example.org/epoch_12.pth')  # comes here
     """
     return read_checkpoint(filename)
+
+
+def load_from_local(filename: str, map_location=None) -> dict:
+    """MMEngine's loader of local checkpoint files, replaced by :func:`cvt_mm.setup_process`
+    (which our tools call): :func:`~.io.read_local` (tensors on the CPU, ``map_location``
+    accepted for MMEngine's signature), so that resuming reads safely on every supported
+    stack. MMEngine's own ``torch.load`` unpickles anything under torch < 2.6 (its default
+    was ``weights_only=False``), and OneDL's MMEngine falls back to that when safe loading
+    fails; this one never does (:func:`cvt_mm.compat.safe_load`).
+
+    Example::
+
+        >>> runner.resume('work_dirs/run/iter_8.pth')  # comes here under our tools
+    """
+    return read_local(os.path.expanduser(filename), mmap=False)
 
 
 # Keys a backbone may lack in a checkpoint or ignore from it without being the wrong model:

@@ -147,7 +147,8 @@ def stateful_train_dataloader(runner, cfg: dict) -> 'StatefulDataLoader':
     from torchdata.stateful_dataloader import StatefulDataLoader
 
     cfg = dict(cfg)
-    cfg.setdefault('generator', torch.Generator().manual_seed(runner.seed))
+    # Kept out of the config MMEngine deep-copies: a torch.Generator pickles only from 2.4.
+    generator = cfg.pop('generator', None) or torch.Generator().manual_seed(runner.seed)
     cfg.setdefault('worker_init_fn', guarded_worker_init_cfg(runner.seed))
     built = runner.build_dataloader(
         cfg, seed=runner.seed, diff_rank_seed=runner._randomness_cfg.get('diff_rank_seed', False))
@@ -155,7 +156,7 @@ def stateful_train_dataloader(runner, cfg: dict) -> 'StatefulDataLoader':
         WorkerRandomState(built.dataset), batch_sampler=SkippingBatchSampler(built.batch_sampler),
         num_workers=built.num_workers, collate_fn=built.collate_fn, pin_memory=built.pin_memory,
         timeout=built.timeout, worker_init_fn=built.worker_init_fn,
-        multiprocessing_context=built.multiprocessing_context, generator=built.generator,
+        multiprocessing_context=built.multiprocessing_context, generator=generator,
         prefetch_factor=built.prefetch_factor, persistent_workers=built.persistent_workers,
         pin_memory_device=built.pin_memory_device, snapshot_every_n_steps=1)
 

@@ -9,10 +9,13 @@ their registrations, each where the library is installed:
 The speed machinery sits one step away, in :mod:`.fast`.
 """
 from .._imports import installed
+from ..compat import huggingface_unavailable
 from .cmt import CMT, CMTModel
 from .cvt import CvT, CvTModel
 
-if installed('transformers'):
+# transformers 4 (or 5 on a torch it does not support) is left alone: asking for the classes
+# (``import cvt_mm.models.huggingface``) says why they are absent.
+if installed('transformers') and huggingface_unavailable() is None:
     from . import huggingface  # noqa: F401  (registers the Hugging Face backbones)
 
 __all__ = ['CMT', 'CMTModel', 'CvT', 'CvTModel']

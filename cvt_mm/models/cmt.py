@@ -31,6 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
+from ..compat import require
 from ._helpers import (
     batchnorm_trains,
     check_batchnorm_statistics,
@@ -402,6 +403,8 @@ class CMTModel(nn.Module):
             raise ValueError(f'drop_path_rate must be in [0, 1), got {drop_path_rate!r}')
         if not isinstance(selective_cp, bool):
             raise ValueError(f'selective_cp must be True or False, got {selective_cp!r}')
+        if selective_cp:
+            require('selective_checkpoint', 'selective_cp=True (use with_cp=True instead)')
         if not isinstance(bias_cache_size, int) or bias_cache_size < 0:
             raise ValueError(f'bias_cache_size must be an int >= 0, got {bias_cache_size!r}')
         pretrain_img_size = pretrain_img_size or cfg['pretrain_img_size']

@@ -37,6 +37,11 @@ import json
 from typing import Optional
 
 import torch
+
+from ..compat import require_huggingface
+
+require_huggingface()  # before transformers: say why it cannot be used, where it cannot
+
 from transformers import (
     AutoBackbone,
     AutoConfig,

@@ -13,27 +13,29 @@ import torch
 import torch.utils.checkpoint as cp
 from torch import nn
 
+from ..compat import aten_ops, autocast_state, is_compiling
+
 aten = torch.ops.aten
 
 
 # Operators whose outputs selective recomputation keeps: the products, which are costly to
 # run again. Everything else in a block (norms, activations, residual adds, layout copies)
 # costs a pass over memory and is recomputed in the backward instead of being stored.
-KEPT_BY_SELECTIVE_CP = frozenset({
-    aten.convolution, aten.mm, aten.addmm, aten.bmm, aten.baddbmm,
-    aten._scaled_dot_product_flash_attention_for_cpu,
-    aten._scaled_dot_product_flash_attention, aten._scaled_dot_product_efficient_attention,
-    aten._scaled_dot_product_cudnn_attention,
-    aten._scaled_dot_product_fused_attention_overrideable,
-})
+# (Attention kernels by name: each torch release has its own set.)
+KEPT_BY_SELECTIVE_CP = aten_ops(
+    'convolution', 'mm', 'addmm', 'bmm', 'baddbmm',
+    '_scaled_dot_product_flash_attention_for_cpu',
+    '_scaled_dot_product_flash_attention', '_scaled_dot_product_efficient_attention',
+    '_scaled_dot_product_cudnn_attention',
+    '_scaled_dot_product_fused_attention_overrideable')
 # BatchNorm in training mode updates its running statistics as a side effect that the schema
 # does not declare: run again, it would update them twice.
-_BATCH_NORMS = frozenset({aten.native_batch_norm, aten._native_batch_norm_legit,
-                          aten._batch_norm_with_update, aten.cudnn_batch_norm,
-                          aten.miopen_batch_norm})
+_BATCH_NORMS = aten_ops('native_batch_norm', '_native_batch_norm_legit',
+                        '_batch_norm_with_update', 'cudnn_batch_norm', 'miopen_batch_norm')
+_BATCH_NORM_WITH_UPDATE = aten_ops('_batch_norm_with_update')
 
 
-def _selective_cp_policy(ctx, func, *args, **kwargs) -> cp.CheckpointPolicy:
+def _selective_cp_policy(ctx, func, *args, **kwargs) -> 'cp.CheckpointPolicy':
     packet = func.overloadpacket
     keep = (packet in KEPT_BY_SELECTIVE_CP
             # Operators that write to a tensor (BatchNorm's batch counter) are not run twice.
@@ -43,7 +45,7 @@ def _selective_cp_policy(ctx, func, *args, **kwargs) -> cp.CheckpointPolicy:
 
 
 def _batch_norm_training(func, args, kwargs) -> bool:
-    if func.overloadpacket is aten._batch_norm_with_update:
+    if func.overloadpacket in _BATCH_NORM_WITH_UPDATE:
         return True
     names = [a.name for a in func._schema.arguments]
     if 'training' not in names:  # _native_batch_norm_legit.no_stats: batch statistics only
@@ -88,8 +90,7 @@ class RecomputedInBackward:
         self._recompute = recompute
         self._sources = [(s, s._version) for s in sources]
         device = tensor.device.type
-        self._autocast = (device, torch.get_autocast_dtype(device),
-                          torch.is_autocast_enabled(device))
+        self._autocast = (device, *autocast_state(device))
         self._value = None
         self._pending = 0  # saved views not yet unpacked
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -153,7 +154,7 @@ def run_blocks(blocks: nn.ModuleList, x: torch.Tensor, *args, with_cp: bool = Fa
     training = blocks.training and torch.is_grad_enabled()
     if training and with_cp:
         run = functools.partial(cp.checkpoint, use_reentrant=False)
-    elif training and selective_cp and not torch.compiler.is_compiling():
+    elif training and selective_cp and not is_compiling():
         run = functools.partial(cp.checkpoint, use_reentrant=False,
                                 context_fn=selective_cp_contexts)
     else:

@@ -33,8 +33,9 @@ MODELING_FILE = 'modeling_cvt_mm.py'
 # says so: they read checkpoint layouts the folder does not need.
 PACKAGE_ONLY = ('load_hugging_face_cvt', 'timm_checkpoint_filter', 'resample_checkpoint_bias')
 # The package's modules a Hub folder's code may come from (the models need only torch).
-_ALLOWED = re.compile(r'^cvt_mm\.models\.(?:cvt|cmt|layers|_helpers|pos_embed_rel|matrix_resize|'
-                      r'recomputation|huggingface(?:_config)?|fast(?:\.\w+)?)$')
+# cvt_mm.compat: the torch feature checks the models ask (2.1 to the newest), torch only.
+_ALLOWED = re.compile(r'^cvt_mm\.(?:compat|models\.(?:cvt|cmt|layers|_helpers|pos_embed_rel|'
+                      r'matrix_resize|recomputation|huggingface(?:_config)?|fast(?:\.\w+)?))$')
 _BUILTINS = set(dir(builtins))
 Need = Tuple[str, str]  # (module name, top-level name)
 

@@ -12,6 +12,8 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
+from ...compat import is_exporting
+
 # Where no fused kernel takes the call, above this many score elements (batch x heads x queries
 # x keys) the attention is evaluated in query chunks, so the math fallback (and its autograd)
 # never holds the full score matrix. 2**26 fp32 elements = 256 MiB.
@@ -131,7 +133,7 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
             bias = bias.unsqueeze(0)
         if not torch.is_grad_enabled():
             bias = bias.detach()
-    if torch.compiler.is_exporting():
+    if is_exporting():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
     b, h, nq, _ = q.shape

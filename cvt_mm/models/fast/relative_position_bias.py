@@ -12,6 +12,7 @@ from typing import Tuple
 import torch
 from torch import nn
 
+from ...compat import is_compiling
 from ..matrix_resize import resize_relative_pos
 from ..recomputation import RecomputedInBackward
 
@@ -94,7 +95,7 @@ class RelativePositionBias(nn.Module):
         # torch.compile the resize is part of the graph (the pointer checks would break it).
         cacheable = (not self.training and self.cache_size > 0
                      and not (torch.is_grad_enabled() and relative_pos.requires_grad)
-                     and not torch.compiler.is_compiling())
+                     and not is_compiling())
         if not cacheable:
             return self.resize(relative_pos, query_grid, key_grid)
         grids = (tuple(query_grid), tuple(key_grid))
@@ -125,7 +126,7 @@ class RelativePositionBias(nn.Module):
             ...     x = blocks(x, bias)
         """
         if not (self.recompute_in_backward and self.training and torch.is_grad_enabled()
-                and bias is not relative_pos and not torch.compiler.is_compiling()):
+                and bias is not relative_pos and not is_compiling()):
             return nullcontext()
         return RecomputedInBackward(
             bias, functools.partial(self.resize, relative_pos, query_grid, key_grid),
