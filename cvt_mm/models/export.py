@@ -142,7 +142,14 @@ def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
     pretrained_cfg.pop('hf_hub_id', None)  # the folder is the source
     if model_args.get('pretrain_img_size'):
         pretrained_cfg['input_size'] = (3, *model_args['pretrain_img_size'])
+    processor = image_processor_config(pretrained_cfg)
     config = hub_config(family, arch, model, model_args, num_classes)
+    # The preprocessing goes into config.json too: its timm key (``pretrained_cfg``) makes
+    # ``AutoImageProcessor`` take config.json as the image processor's file
+    # (``is_timm_local_checkpoint``). transformers <= 5.23 read only the processor's type there
+    # and then preprocessor_config.json; 5.25 builds the processor from config.json itself, so
+    # without these keys it got ConvNext's defaults (384 x 384).
+    config.update(processor)
     config.update({  # timm (local-dir:)
         'architecture': timm_name, 'num_classes': num_classes,
         'num_features': model.num_features, 'model_args': model_args,
@@ -150,8 +157,7 @@ def export_pretrained(src: str, out_dir: str, family: Optional[str] = None,
     })
     files = {'model.safetensors': weights,
              'config.json': json.dumps(config, indent=2) + '\n',
-             'preprocessor_config.json': json.dumps(
-                 image_processor_config(pretrained_cfg), indent=2) + '\n',
+             'preprocessor_config.json': json.dumps(processor, indent=2) + '\n',
              'README.md': model_card(family, timm_name, arch, config, src)}
     files.update(remote_code_files(family))
     _check_out_dir(out_dir, overwrite)
@@ -189,8 +195,6 @@ def hub_config(family: str, arch, model, model_args: dict, num_classes: int) -> 
     head = 'AutoModelForImageClassification' if num_classes else 'AutoModel'
     config.architectures = [classes[head].__name__]
     config.auto_map = auto_map(family)
-    # timm's keys make transformers read the image processor's type from config.json.
-    config.image_processor_type = 'ConvNextImageProcessor'
     out = config.to_dict()
     out.pop('_name_or_path', None)
     return out

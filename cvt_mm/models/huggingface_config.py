@@ -14,6 +14,10 @@ from __future__ import annotations
 
 from typing import ClassVar, Optional
 
+from ..compat import require_huggingface
+
+require_huggingface()
+
 from transformers import PreTrainedConfig
 from transformers.backbone_utils import BackboneConfigMixin
 
@@ -24,12 +28,15 @@ __all__ = ['CvTConfig', 'CMTConfig']
 
 # Keys a config.json may hold besides the architecture's fields: what transformers itself
 # writes or passes on loading, what the config derives (written back by ``to_dict``), and
-# timm's ``local-dir:`` keys, which the export tool writes into the same file.
+# timm's ``local-dir:`` keys, which the export tool writes into the same file, with the image
+# processor's fields (transformers reads the processor from config.json where timm's keys are).
 _TRANSFORMERS_KEYS = {'out_features', 'out_indices', 'model_type', 'num_labels', 'torch_dtype',
                       'name_or_path', '_commit_hash', 'output_attentions', 'attn_implementation',
                       'experts_implementation', 'per_layer_config', 'auto_map',
                       'use_pretrained_backbone', 'use_timm_backbone', 'transformers_version',
-                      'image_processor_type', '_name_or_path'}
+                      '_name_or_path'}
+_PROCESSOR_KEYS = {'image_processor_type', 'size', 'crop_pct', 'resample', 'do_resize',
+                   'do_rescale', 'rescale_factor', 'do_normalize', 'image_mean', 'image_std'}
 _DERIVED_KEYS = {'stage_names', 'num_hidden_layers', 'hidden_size'}
 _TIMM_KEYS = {'architecture', 'num_classes', 'num_features', 'global_pool', 'model_args',
               'pretrained_cfg'}
@@ -52,7 +59,8 @@ class _FamilyConfig(BackboneConfigMixin, PreTrainedConfig):
 
     def __post_init__(self, **kwargs):
         self._read_legacy_keys(kwargs)
-        unknown = sorted(set(kwargs) - _TRANSFORMERS_KEYS - _DERIVED_KEYS - _TIMM_KEYS)
+        unknown = sorted(set(kwargs) - _TRANSFORMERS_KEYS - _DERIVED_KEYS - _TIMM_KEYS
+                         - _PROCESSOR_KEYS)
         if unknown:
             raise ValueError(
                 f'{type(self).__name__} got unknown fields {unknown}; its fields are '

@@ -34,7 +34,8 @@ WITHOUT_CVT_MM = textwrap.dedent('''
                 raise ModuleNotFoundError(f"No module named '{name}'")
     sys.meta_path.insert(0, NoCvtMM())
     from PIL import Image
-    from transformers import AutoModel, AutoModelForImageClassification, pipeline
+    from transformers import (AutoImageProcessor, AutoModel, AutoModelForImageClassification,
+                              pipeline)
     from transformers.dynamic_module_utils import get_class_from_dynamic_module
     folder, family, out = sys.argv[1:4]
     x = torch.load(folder + '.input.pt')
@@ -52,6 +53,11 @@ WITHOUT_CVT_MM = textwrap.dedent('''
                       backbone_outputs=backbone.out_features)
     pipe = pipeline('image-classification', model=folder, trust_remote_code=True)
     result['top5'] = pipe(Image.open(folder + '.image.png'), top_k=5)
+    processor = AutoImageProcessor.from_pretrained(folder, trust_remote_code=True)
+    keys = ('size', 'crop_pct', 'resample', 'image_mean', 'image_std')
+    result['processors'] = [json.loads(json.dumps({k: p.to_dict()[k] for k in keys}))
+                            for p in (processor, pipe.image_processor)]
+    result['pipeline_id2label'] = {str(k): v for k, v in pipe.model.config.id2label.items()}
     result['cvt_mm_imported'] = sorted(m for m in sys.modules if m.startswith('cvt_mm'))
     torch.save(result, out)
 ''')
@@ -96,16 +102,26 @@ def test_a_hub_folder_loads_without_cvt_mm_and_gives_the_package_s_outputs(expor
     assert got['backbone_outputs'] == [f'stage{i}' for i in range(1, len(maps) + 1)]
     assert [torch.equal(a, b) for a, b in zip(got['maps'], maps)] == [True] * len(maps)
 
+    # The preprocessing is preprocessor_config.json's, for AutoImageProcessor and the pipeline
+    # alike (transformers 5.25 builds it from config.json, which has timm's keys: the export
+    # writes it there too), and the pipeline names classes by config.json's id2label.
+    processor = json.loads((folder / 'preprocessor_config.json').read_text())
+    expected = {k: processor[k] for k in ('size', 'crop_pct', 'resample', 'image_mean',
+                                          'image_std')}
+    assert got['processors'] == [expected, expected]
+    labels = json.loads((folder / 'config.json').read_text())['id2label']
+    assert got['pipeline_id2label'] == labels
+    assert {p['label'] for p in got['top5']} <= set(labels.values())
+
     # The pipeline's top-5: the OpenMMLab backbone's classify() on the folder's preprocessing.
     pixels = AutoImageProcessor.from_pretrained(folder)(
         Image.open(f'{folder}.image.png'), return_tensors='pt')['pixel_values']
-    assert pixels.shape[-2:] == (224, 224)
+    assert pixels.shape[-2:] == (processor['size']['shortest_edge'],) * 2 == (224, 224)
     backbone = backbone_cls(arch, init_cfg=dict(type='Pretrained',
                                                 checkpoint=str(folder / 'model.safetensors')))
     backbone.init_weights()
     with torch.no_grad():
         probs = backbone.eval().classify(pixels).softmax(-1)[0]
-    labels = json.loads((folder / 'config.json').read_text())['id2label']
     top5 = probs.topk(5)
     assert [p['label'] for p in got['top5']] == [labels[str(int(i))] for i in top5.indices]
     assert [p['score'] for p in got['top5']] == pytest.approx(top5.values.tolist(), abs=1e-6)
@@ -139,6 +155,8 @@ def test_the_folder_s_files_config_and_model_card(exported):
     # The fast paths come along (docs/timm_huggingface.md says so).
     assert 'def sdpa_attention' in (folder / 'modeling_cvt_mm.py').read_text()
     processor = json.loads((folder / 'preprocessor_config.json').read_text())
+    # transformers reads the image processor from config.json where timm's keys are (5.25).
+    assert {k: config[k] for k in processor} == processor
     cfg = timm.create_model(f'local-dir:{folder}', pretrained=True).pretrained_cfg
     assert processor['size'] == {'shortest_edge': cfg['input_size'][-1]}
     assert (processor['crop_pct'], processor['resample']) == (cfg['crop_pct'], 3)  # bicubic
