@@ -4,12 +4,25 @@ PYVER ?= 3.12
 WHEELHOUSE ?=
 GPU_CHECK_OUT ?= outputs/gpu_check.json
 
-.PHONY: env demo test test-fast lint gpu-check wheelhouse
+# The tested stacks (docs/installation.md): pinned (.venv, the suite's and the demo's),
+# prebuilt (.venv-prebuilt: torch 2.1.2, mmcv 2.1.0, numpy 1), fork (.venv-fork: the OneDL
+# forks, torch 2.14.1, transformers 5.25). `make env STACK=fork` sets one up.
+STACK ?= pinned
+STACK_VENV = $(if $(filter pinned,$(STACK)),.venv,.venv-$(STACK))
+
+.PHONY: env demo test test-fast lint gpu-check wheelhouse stack-check
 env:
-	bash tools/misc/setup_env.sh
+	STACK=$(STACK) bash tools/misc/setup_env.sh
+
+# What every stack must show (tests/test_stacks/), in that stack's environment.
+stack-check:
+	STACK=$(STACK) bash tools/misc/setup_env.sh
+	bash tools/misc/cpu_malloc.sh $(STACK_VENV)/bin/python -m pytest tests/test_stacks \
+		-n 2 --dist loadgroup --durations=10
 
 # Pretrain CvT-13, fine-tune Mask R-CNN and UperNet from it, evaluate, draw (docs/demo.md).
-demo: env
+demo:
+	STACK=pinned bash tools/misc/setup_env.sh
 	bash tools/misc/run_demo.sh
 
 # Three pytest-xdist workers on 2 cores, whole test modules each: the real-slurm module holds
@@ -24,15 +37,18 @@ TEST_XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 # Under tools/misc/cpu_malloc.sh, as the launchers run training: glibc's malloc reuses large
 # freed blocks instead of page-faulting every large tensor afresh (docs/development.md, "Suite
 # time"). The tests of the default allocator unset its variables themselves.
-test: env
+test:
+	STACK=pinned bash tools/misc/setup_env.sh
 	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests $(TEST_XDIST) --durations=30
 
 # The unit tests only: no end-to-end training or tool runs (marked `slow`).
-test-fast: env
+test-fast:
+	STACK=pinned bash tools/misc/setup_env.sh
 	bash tools/misc/cpu_malloc.sh $(PY) -m pytest tests $(TEST_XDIST) -m "not slow"
 
 # ruff (lint and import order), configured in pyproject.toml; installed by setup_env.sh.
-lint: env
+lint:
+	STACK=pinned bash tools/misc/setup_env.sh
 	$(PY) -m ruff check .
 	$(PY) .dev_scripts/check_redefinitions.py
 

@@ -6,7 +6,11 @@
 - :mod:`cvt_mm.apis.flops`: FLOP counting with attention, of a module or a config's model;
 - :mod:`cvt_mm.apis.deployment`: ONNX export and its check with ONNX Runtime (the ``deploy``
   extra);
-- :mod:`cvt_mm.apis.visualization`: a detector's predictions drawn larger than its input.
+- :mod:`cvt_mm.apis.visualization`: a detector's predictions drawn larger than its input;
+- :mod:`cvt_mm.apis.stacks`: the tested stacks and the package combinations that cannot work
+  (standard library only: the set-up checks a stack with it before installing anything);
+- :mod:`cvt_mm.apis.collect_env`: ``python -m cvt_mm.apis.collect_env``, the versions found
+  and which parts of cvt_mm work in this environment.
 
 Import from the module (``from cvt_mm.apis.flops import get_flops``): this package imports
 none of them, so a tool loads only what it uses (ONNX export needs none of FLOP counting's).

@@ -1,0 +1,91 @@
+"""The seven models' outputs for weights and an input made without torch's random generator,
+so that every stack builds the same numbers: the stack check compares each stack with the file
+the pinned stack wrote (tests/test_stacks/pinned_outputs.npz).
+
+    .venv/bin/python tests/stack_reference.py   # rewrite the file (on the pinned stack only)
+
+Weights and input come from PCG64's raw 64-bit stream (numpy's bit generators promise the same
+stream on every release, which their distributions do not), scaled to uniform values of the
+spread each tensor's kind needs: fan-in scaled matrices, norm weights near 1, small biases,
+BatchNorm statistics away from 0 and 1 (so that loading them is checked too).
+"""
+import os.path as osp
+import sys
+import zlib
+
+import numpy as np
+import torch
+
+from cvt_mm.models import CMTModel, CvTModel
+
+HERE = osp.dirname(osp.abspath(__file__))
+REFERENCE = osp.join(HERE, 'test_stacks', 'pinned_outputs.npz')
+MODELS = {'cvt_13': lambda: CvTModel('13'), 'cvt_21': lambda: CvTModel('21'),
+          'cvt_w24': lambda: CvTModel('w24'), 'cmt_ti': lambda: CMTModel('ti'),
+          'cmt_xs': lambda: CMTModel('xs'), 'cmt_s': lambda: CMTModel('s'),
+          'cmt_b': lambda: CMTModel('b')}
+INPUT_SHAPE = (2, 3, 96, 128)
+
+
+def uniform(seed: int, n: int) -> np.ndarray:
+    """``n`` values uniform in [-1, 1) from PCG64(seed)'s raw stream."""
+    raw = np.random.PCG64(seed).random_raw(n)
+    return (raw >> np.uint64(11)).astype(np.float64) * 2.0 ** -52 - 1.0
+
+
+def _values(name: str, shape, seed: int) -> torch.Tensor:
+    n = int(np.prod(shape)) if shape else 1
+    u = uniform(seed, n).reshape(shape)
+    leaf = name.rsplit('.', 1)[-1]
+    if leaf == 'running_var':
+        v = 1.0 + 0.5 * np.abs(u)
+    elif leaf == 'running_mean' or leaf == 'bias':
+        v = 0.1 * u
+    elif len(shape) <= 1:  # norm weights, scales
+        v = 1.0 + 0.2 * u
+    else:  # uniform with variance 1/fan_in
+        v = u * np.sqrt(3.0 / int(np.prod(shape[1:])))
+    return torch.from_numpy(v.astype(np.float32))
+
+
+def fill(model: torch.nn.Module, name: str) -> torch.nn.Module:
+    """Overwrite every floating tensor of ``model``'s state dict, each from its own seed."""
+    with torch.no_grad():
+        for key, t in model.state_dict().items():
+            if t.is_floating_point():
+                t.copy_(_values(key, tuple(t.shape), zlib.crc32(f'{name}/{key}'.encode())))
+    return model.eval()
+
+
+def image() -> torch.Tensor:
+    return torch.from_numpy(uniform(7, int(np.prod(INPUT_SHAPE))).reshape(INPUT_SHAPE)
+                            .astype(np.float32))
+
+
+def outputs(name: str) -> dict:
+    """``{'<name>/logits': ..., '<name>/stage<i>': ...}`` as float64 arrays: the logits and
+    each stage's map (mean over space, so the file stays small) for :func:`image`."""
+    model = fill(MODELS[name](), name)
+    x = image()
+    with torch.no_grad():
+        logits = model(x)
+        maps = model.forward_intermediates(x, intermediates_only=True)
+    out = {f'{name}/logits': logits.double().numpy()}
+    for i, m in enumerate(maps):
+        out[f'{name}/stage{i}'] = m.double().mean(dim=(2, 3)).numpy()
+    return out
+
+
+def main() -> int:
+    found = {}
+    for name in MODELS:
+        found.update(outputs(name))
+        print(name, 'logits max |x|', float(np.abs(found[f'{name}/logits']).max()))
+    found['torch_version'] = np.array(torch.__version__)
+    np.savez_compressed(REFERENCE, **found)
+    print('wrote', REFERENCE)
+    return 0
+
+
+if __name__ == '__main__':
+    sys.exit(main())
