@@ -25,6 +25,8 @@ Example::
 """
 from __future__ import annotations
 
+import _codecs
+import collections
 import io
 import pickle
 import types
@@ -145,6 +147,14 @@ def allow_in_safe_load(objs: Iterable) -> None:
     _extra_globals.update({_qualified(o): o for o in objs})
 
 
+# What torch's own allow-list gained after 2.1 (checked against 2.13's), for the files newer
+# torch writes and reads safely: numpy scalars' bytes (protocol 2), sets, Counters (MMDetection's
+# dataset state), devices; dtypes are taken by type below.
+_LATER_ALLOWED = {'_codecs.encode': _codecs.encode, 'builtins.bytearray': bytearray,
+                  'builtins.complex': complex, 'builtins.set': set,
+                  'collections.Counter': collections.Counter, 'torch.device': torch.device}
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     """torch's own ``weights_only`` allow-list plus :func:`allow_in_safe_load` and this call's
     extras; any other global is refused, as ``weights_only=True`` refuses it."""
@@ -160,6 +170,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
             return _extra_globals[key]
         if key in self.extra:
             return self.extra[key]
+        if key in _LATER_ALLOWED:
+            return _LATER_ALLOWED[key]
+        if module == 'torch' and isinstance(getattr(torch, name, None), torch.dtype):
+            return getattr(torch, name)
         if module == 'torch' and name.endswith('Storage'):  # legacy typed storages
             return getattr(torch, name)
         raise pickle.UnpicklingError(

@@ -14,24 +14,29 @@ changes without which the registered parts fail on the supported stack:
 2. **torch's safe unpickler**: MMEngine's ``HistoryBuffer`` and numpy's array and scalar
    types are allow-listed (:func:`cvt_mm.compat.allow_in_safe_load`), so a checkpoint MMEngine
    wrote resumes under torch >= 2.6 without turning safe loading off (``weights_only=False``)
-   for every file. Older torch has no allow-list: there our tools' loader (6) reads them.
+   for every file. Older torch has no allow-list: there our tools' loader (7) reads them.
 3. **MMEngine's** ``HistoryBuffer`` pickles without its default statistics methods (re-added
    when unpickled): they pickle as ``getattr``, which safe loading must keep refusing.
+4. **MMEngine's config scopes**, on OneDL's forks only: MMEngine finds ``mmseg::`` bases through
+   the distribution ``mmsegmentation``, which the fork ships as ``onedl-mmsegmentation``
+   (``ModuleNotFoundError: mmsegmentation is not installed``); a scope whose distribution is
+   absent but whose module imports is looked up by its module instead. Nothing changes where
+   the upstream packages are installed.
 
 Our tools call :func:`setup_process` as well; so can a user who builds a ``Runner`` or an
 inferencer in a process of their own and wants the same behaviour:
 
-4. **MMEngine's local storage backend** writes through a temporary file and a rename
+5. **MMEngine's local storage backend** writes through a temporary file and a rename
    (:class:`~cvt_mm.engine.fileio.AtomicLocalBackend`): a run killed while saving left a
    truncated checkpoint under the final name, which ``--resume`` then picked.
-5. **MMEngine's** ``http(s)://`` **checkpoint loader** becomes
+6. **MMEngine's** ``http(s)://`` **checkpoint loader** becomes
    :func:`~cvt_mm.checkpoint.loading.load_from_http` (cached, verified, safe reading):
    MMEngine's unpickles downloads with ``weights_only=False``.
-6. **MMEngine's local checkpoint loader** becomes
+7. **MMEngine's local checkpoint loader** becomes
    :func:`~cvt_mm.checkpoint.loading.load_from_local` (:func:`cvt_mm.compat.safe_load`):
    MMEngine's ``torch.load`` unpickles anything under torch < 2.6, and OneDL's MMEngine falls
    back to ``weights_only=False`` when safe loading fails.
-7. **MMPretrain's inferencers** build their test pipeline in MMPretrain's registry scope, as
+8. **MMPretrain's inferencers** build their test pipeline in MMPretrain's registry scope, as
    they already build their model: MMDetection's and MMSegmentation's inferencers leave the
    process's one default scope at ``mmdet``/``mmseg``, and an ``ImageClassificationInferencer``
    built afterwards looked its transforms up there (``KeyError: 'ResizeEdge is not in the
@@ -44,8 +49,8 @@ launchers' (tools/misc/cpu_malloc.sh), read by glibc when a process starts.
 
 Example::
 
-    import cvt_mm          # 1-3 (idempotent)
-    cvt_mm.setup_process()  # 4-7, as tools/train.py does (idempotent)
+    import cvt_mm          # 1-4 (idempotent)
+    cvt_mm.setup_process()  # 5-8, as tools/train.py does (idempotent)
 """
 from __future__ import annotations
 
@@ -58,9 +63,11 @@ import torch
 from mmengine.registry import DefaultScope
 
 from . import compat
+from ._imports import installed
 
 __all__ = ['apply', 'setup_process', 'keep_mmpretrain_importable',
-           'allow_mmengine_checkpoints', 'scope_mmpretrain_inferencers']
+           'allow_mmengine_checkpoints', 'resolve_forked_config_scopes',
+           'scope_mmpretrain_inferencers']
 
 _applied = False
 _process_set_up = False
@@ -82,8 +89,10 @@ def keep_mmpretrain_importable() -> bool:
     try:
         if _major(metadata.version('transformers')) < 5:
             return False
-        metadata.version('mmpretrain')
     except metadata.PackageNotFoundError:
+        return False
+    # By import name: OneDL's fork is the distribution onedl-mmpretrain.
+    if not installed('mmpretrain'):
         return False
     if 'mmpretrain.models' in sys.modules:
         return False  # too late: it imported (or failed) already
@@ -138,8 +147,13 @@ def scope_mmpretrain_inferencers() -> list:
 # ------------------------------------------------------------------------ safe unpickling
 def _numpy_globals() -> list:
     """The numpy callables and classes that pickling ndarrays and numpy scalars refers to."""
-    core = getattr(np, '_core', None) or np.core  # numpy 2 renamed numpy.core
-    objs = [core.multiarray._reconstruct, core.multiarray.scalar, np.ndarray, np.dtype]
+    # numpy 2 renamed numpy.core to numpy._core; numpy 1.26 has an empty numpy._core whose
+    # submodules forward to numpy.core, so the import (not the attribute) finds both.
+    try:
+        from numpy._core import multiarray
+    except ImportError:  # numpy < 1.26
+        from numpy.core import multiarray
+    objs = [multiarray._reconstruct, multiarray.scalar, np.ndarray, np.dtype]
     # numpy >= 1.25 pickles dtypes as instances of per-type classes (Float64DType, ...).
     dtypes = getattr(np, 'dtypes', None)
     if dtypes is not None:
@@ -175,19 +189,46 @@ def allow_mmengine_checkpoints() -> None:
     HistoryBuffer.__getstate__ = _history_buffer_state
 
 
+# ------------------------------------------------------------------------ config scopes
+def _distribution_installed(name: str) -> bool:
+    try:
+        metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def resolve_forked_config_scopes() -> list:
+    """Point MMEngine's ``pkg::`` config scopes whose distribution is not installed, but whose
+    module is (OneDL's ``onedl-mmsegmentation`` provides ``mmseg``), at the module: MMEngine's
+    ``is_installed`` and ``get_installed_path`` then find it by its import spec.
+
+    Returns:
+        list[str]: the scopes changed (empty on the upstream stacks).
+    """
+    from mmengine.config import utils
+    changed = []
+    for scope, dist in utils.MODULE2PACKAGE.items():
+        if dist != scope and installed(scope) and not _distribution_installed(dist):
+            utils.MODULE2PACKAGE[scope] = scope
+            changed.append(scope)
+    return changed
+
+
 # ------------------------------------------------------------------------ the two steps
 def apply() -> None:
-    """Make changes 1-3 of the module's table, once; called by ``import cvt_mm``."""
+    """Make changes 1-4 of the module's table, once; called by ``import cvt_mm``."""
     global _applied
     if _applied:
         return
     _applied = True
     keep_mmpretrain_importable()  # first: nothing of ours may import mmpretrain.models before
     allow_mmengine_checkpoints()
+    resolve_forked_config_scopes()
 
 
 def setup_process() -> None:
-    """Make changes 4-7 of the module's table, once: what our tools do to their process
+    """Make changes 5-8 of the module's table, once: what our tools do to their process
     before they build a ``Runner`` or an inferencer.
 
     Example:

@@ -2,7 +2,8 @@
 so that every stack builds the same numbers: the stack check compares each stack with the file
 the pinned stack wrote (tests/test_stacks/pinned_outputs.npz).
 
-    .venv/bin/python tests/stack_reference.py   # rewrite the file (on the pinned stack only)
+    .venv/bin/python tests/stack_reference.py            # rewrite it (on the pinned stack only)
+    .venv-prebuilt/bin/python tests/stack_reference.py --compare   # this stack's differences
 
 Weights and input come from PCG64's raw 64-bit stream (numpy's bit generators promise the same
 stream on every release, which their distributions do not), scaled to uniform values of the
@@ -76,7 +77,22 @@ def outputs(name: str) -> dict:
     return out
 
 
+def compare() -> int:
+    """Print each output's largest difference from the file, relative to its largest value."""
+    with np.load(REFERENCE) as f:
+        reference = {k: f[k] for k in f.files}
+    print(f'torch {torch.__version__} against the file of torch {reference["torch_version"]}')
+    for name in MODELS:
+        errors = {k: np.abs(v - reference[k]).max() / np.abs(reference[k]).max()
+                  for k, v in outputs(name).items()}
+        print(f'{name:8} logits {errors[f"{name}/logits"]:.1e}  stages (max) '
+              f'{max(v for k, v in errors.items() if "stage" in k):.1e}')
+    return 0
+
+
 def main() -> int:
+    if sys.argv[1:] == ['--compare']:
+        return compare()
     found = {}
     for name in MODELS:
         found.update(outputs(name))

@@ -48,9 +48,9 @@ pytestmark = pytest.mark.stack
 # of the same output. The stacks run other kernels (torch 2.1's CPU attention is the unfused
 # math path, 2.13's a fused kernel; oneDNN's convolution and GEMM blockings change between
 # releases), each summing in another order: fp32 rounding (6e-8 relative a term) accumulated
-# over ~40 blocks. Measured (2026-12-06): at most 3e-6 (docs/installation.md); 1e-4 leaves a
-# wide margin and still fails a wrong layer (a missing bias or swapped norm moves outputs by
-# 1e-2 or more).
+# over ~40 blocks. Measured (2026-12-06, `python tests/stack_reference.py --compare`): at most
+# 1.2e-6 on prebuilt (torch 2.1.2), 0 on fork (torch 2.14.1); 1e-4 leaves a wide margin and
+# still fails a wrong layer (test_a_wrong_layer_is_far_outside_the_tolerance).
 TOLERANCE = 1e-4
 
 
@@ -237,7 +237,8 @@ def resumed(data, tmp_path_factory):
         config = narrow_config(seg_user_config(
             str(root / f'{name}.py'), osp.join(data, 'ade'), work, max_iters=4,
             randomness=dict(seed=0, deterministic=True),
-            default_hooks=dict(checkpoint=dict(type='CheckpointHook', by_epoch=False,
+            default_hooks=dict(logger=dict(type='LoggerHook', interval=1),
+                               checkpoint=dict(type='CheckpointHook', by_epoch=False,
                                                interval=2))), 'seg')
         with open(root / f'{name}_workers.py', 'w') as f:
             f.write(f'_base_ = {config!r}\n'

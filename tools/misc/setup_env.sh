@@ -24,8 +24,9 @@ eval "$stack_vars"  # VENV, PYTHON_VERSION, REQUIREMENTS, EXTRAS, IMPORTS
 VENV=${CVT_MM_VENV:-$VENV}
 if [[ -z "${PYTHON:-}" ]]; then
     PYTHON=python$PYTHON_VERSION
-    if ! command -v "$PYTHON" >/dev/null && command -v pyenv >/dev/null; then
-        # pyenv keeps other versions off PATH unless selected: take its newest of this minor.
+    if ! "$PYTHON" --version >/dev/null 2>&1 && command -v pyenv >/dev/null; then
+        # pyenv keeps other versions off PATH unless selected (its shim is there, and fails):
+        # take its newest of this minor.
         found=$(ls -d "$(pyenv root)"/versions/"$PYTHON_VERSION".*/bin/python"$PYTHON_VERSION" 2>/dev/null \
             | sort -V | tail -n1 || true)
         PYTHON=${found:-$PYTHON}
@@ -47,7 +48,7 @@ step() {  # step NAME: say what runs now, and how long the previous step took
 }
 
 if [[ ! -x "$VENV/bin/python" ]]; then
-    command -v "$PYTHON" >/dev/null || { echo "setup_env: '$PYTHON' not found; stack '$STACK' needs Python $PYTHON_VERSION (or set PYTHON=)" >&2; exit 1; }
+    "$PYTHON" --version >/dev/null 2>&1 || { echo "setup_env: '$PYTHON' not found; stack '$STACK' needs Python $PYTHON_VERSION (or set PYTHON=)" >&2; exit 1; }
     step "creating $VENV with $("$PYTHON" --version)"
     "$PYTHON" -m venv "$VENV"
 fi
