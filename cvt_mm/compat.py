@@ -36,8 +36,8 @@ import torch
 import torch.utils.checkpoint as _cp
 
 __all__ = ['FEATURES', 'has', 'require', 'aten_ops', 'is_compiling', 'is_exporting',
-           'autocast_state', 'allow_in_safe_load', 'safe_load', 'huggingface_unavailable',
-           'require_huggingface']
+           'autocast_state', 'allow_in_safe_load', 'safe_load', 'restricted_load',
+           'huggingface_unavailable', 'require_huggingface']
 
 def _generator_pickles() -> bool:
     try:
@@ -204,12 +204,21 @@ def safe_load(f, map_location='cpu', extra_globals: Iterable = (), mmap: bool = 
         mmap (bool): memory-map a zip file (``torch.load(mmap=True)``). Defaults to False.
     """
     extra_globals = list(extra_globals)
-    mmap_kw = dict(mmap=True) if mmap else {}
     if HAS_SAFE_GLOBALS:
+        mmap_kw = dict(mmap=True) if mmap else {}
         with torch.serialization.safe_globals(extra_globals):
             return torch.load(f, map_location=map_location, weights_only=True, **mmap_kw)
+    return restricted_load(f, map_location, extra_globals, mmap)
+
+
+def restricted_load(f, map_location='cpu', extra_globals: Iterable = (), mmap: bool = False):
+    """:func:`safe_load`'s path for torch < 2.5: ``torch.load`` with a pickle module whose
+    unpickler finds only the allowed globals (:class:`_RestrictedUnpickler`). Works on every
+    torch (the suite checks it on the newest too)."""
     module = _restricted_module({_qualified(o): o for o in extra_globals})
-    return torch.load(f, map_location=map_location, pickle_module=module, **mmap_kw)
+    mmap_kw = dict(mmap=True) if mmap else {}
+    return torch.load(f, map_location=map_location, pickle_module=module, weights_only=False,
+                      **mmap_kw)
 
 
 # ------------------------------------------------------------------------ transformers

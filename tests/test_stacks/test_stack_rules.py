@@ -1,0 +1,103 @@
+"""The parts of the stacks' support that do not need a particular stack: the combinations the
+set-up refuses before its long build, and the restricted unpickler that reads checkpoints safely
+where torch has no allow-list (torch < 2.5), checked here on whatever torch runs the suite."""
+import os
+import os.path as osp
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+import cvt_mm  # noqa: F401  (allow-lists MMEngine's checkpoint types)
+from cvt_mm import compat
+from cvt_mm.apis.stacks import STACKS, parse_requirements, problems
+
+from helpers import ROOT
+
+pytestmark = pytest.mark.stack
+
+
+@pytest.mark.parametrize('stack', sorted(STACKS))
+def test_every_tested_stack_passes_its_own_rules(stack):
+    with open(osp.join(ROOT, STACKS[stack].requirements)) as f:
+        pins = parse_requirements(f)
+    python = tuple(int(p) for p in STACKS[stack].python.split('.'))
+    assert problems(pins, python) == []
+
+
+BAD = {
+    'numpy 2 with torch 2.1': (['torch===2.1.2', 'torchvision==0.16.2', 'numpy>=2'], 'numpy<2'),
+    'no numpy pin with torch 2.1': (['torch==2.1.2'], 'numpy<2'),
+    'opencv 4.12 with torch 2.1': (['torch==2.1.2', 'numpy<2', 'opencv-python==4.12.0.88'],
+                                   'opencv-python<4.12'),
+    'torch 2.1 on Python 3.12': (['torch==2.1.2', 'numpy<2'], 'Python 3.10 or 3.11'),
+    'unpaired torchvision': (['torch==2.13.0', 'torchvision==0.27.0'], 'torchvision 0.28'),
+    'transformers 5 with torch 2.1': (['torch==2.1.2', 'numpy<2', 'transformers==5.25.0'],
+                                      'needs torch >= 2.6'),
+    'upstream mmdet with mmcv 2.2': (['mmcv==2.2.0', 'mmdet==3.3.0'], 'mmcv==2.1.0'),
+    'upstream mmseg with any mmcv': (['mmcv>=2', 'mmsegmentation==1.2.2'], 'mmcv==2.1.0'),
+    'upstream mixed with a fork': (['mmcv==2.1.0', 'onedl-mmdetection==3.5.1'], 'all onedl-*'),
+    'onedl-mmsegmentation with numpy 1': (['onedl-mmsegmentation==1.4.2', 'numpy<2'],
+                                          'numpy > 2'),
+}
+
+
+@pytest.mark.parametrize('case', sorted(BAD))
+def test_a_combination_that_cannot_work_is_refused_naming_what_is_allowed(case):
+    lines, allowed = BAD[case]
+    python = (3, 12) if 'Python 3.12' in case else (3, 11)
+    found = problems(parse_requirements(lines), python)
+    assert len(found) == 1 and allowed in found[0], found
+
+
+def test_the_set_up_stops_before_building_on_a_bad_combination(tmp_path):
+    """tools/misc/check_stack.py, which tools/misc/setup_env.sh runs first, on the standard
+    library alone (no cvt_mm, no torch on its path): exit 2 and the reason."""
+    bad = tmp_path / 'bad.txt'
+    bad.write_text('torch===2.1.2\ntorchvision==0.16.2\nnumpy==2.2.6\nmmcv==2.1.0\n')
+    env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
+    proc = subprocess.run([sys.executable, '-S', osp.join(ROOT, 'tools', 'misc', 'check_stack.py'),
+                           '--requirements', str(bad)], capture_output=True, text=True,
+                          env=env, cwd=tmp_path, timeout=60)
+    assert proc.returncode == 2 and 'pin numpy<2' in proc.stderr, proc.stderr
+    good = subprocess.run([sys.executable, '-S', osp.join(ROOT, 'tools', 'misc', 'check_stack.py'),
+                           'prebuilt', '--shell'], capture_output=True, text=True, env=env,
+                          cwd=tmp_path, timeout=60)
+    assert good.returncode == 0 and 'VENV=.venv-prebuilt' in good.stdout, good.stderr
+
+
+def _mmengine_checkpoint(path):
+    """What MMEngine's CheckpointHook writes besides tensors: the message hub's HistoryBuffer
+    of numpy values, numpy scalars (pickled with protocol 2, as torch.save does), a Counter."""
+    from collections import Counter
+
+    from mmengine.logging import HistoryBuffer
+    buffer = HistoryBuffer()
+    buffer.update(np.float64(0.5))
+    torch.save({'state_dict': {'w': torch.ones(2)}, 'meta': {'seed': np.int64(3),
+                'counts': Counter(a=2), 'dtype': torch.float16, 'device': torch.device('cpu')},
+                'message_hub': {'log_scalars': {'loss': buffer}}}, path)
+
+
+def test_the_restricted_unpickler_reads_mmengine_checkpoints(tmp_path):
+    path = tmp_path / 'iter_2.pth'
+    _mmengine_checkpoint(path)
+    ckpt = compat.restricted_load(str(path))
+    assert torch.equal(ckpt['state_dict']['w'], torch.ones(2))
+    assert ckpt['meta']['seed'] == 3 and ckpt['meta']['counts']['a'] == 2
+    assert ckpt['message_hub']['log_scalars']['loss'].current() == 0.5
+
+
+class _Payload:
+    def __reduce__(self):
+        return (os.system, ('echo pwned',))
+
+
+def test_the_restricted_unpickler_refuses_code(tmp_path, capfd):
+    path = tmp_path / 'evil.pth'
+    torch.save({'state_dict': {}, 'x': _Payload()}, path)
+    with pytest.raises(Exception, match='GLOBAL (posix|os).system'):
+        compat.restricted_load(str(path))
+    assert 'pwned' not in capfd.readouterr().out
