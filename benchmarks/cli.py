@@ -20,6 +20,8 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
   :mod:`benchmarks.cases` says), at the head's training size: ``fwd s`` is data
   preprocessing, forward and losses, ``bwd s``
   the backward and the optimizer step; the ratios to Swin-T's time, work and peak memory.
+* ``compare REF``: this checkout against a git ref, case by case, alternated
+  (:mod:`benchmarks.compare`).
 * ``cls-step``: ``model.train_step`` of a classification config at its training resolution,
   with the config's batch augmentations, loss and optimizer, in this process (start it as
   ``bash tools/misc/cpu_malloc.sh python tools/analysis_tools/benchmark.py cls-step ...`` to
@@ -434,6 +436,10 @@ def _cls_step(args) -> int:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ['compare']:  # this checkout against a git ref (benchmarks.compare)
+        from .compare import main as compare
+        return compare(argv[1:])
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == 'backbone':

@@ -563,3 +563,33 @@ def test_the_data_loading_benchmark_prints_time_state_size_and_restore():
                            proc.stdout)[1])
     assert ratio > 0 and size > 1  # two workers' generators: a few KiB
     assert re.search(r'restore to first batch: \d+ ms', proc.stdout)
+
+
+def _rounds(ref, current):
+    return dict(ref=[dict(seconds=s, peak_mib=100.0) for s in ref],
+                current=[dict(seconds=s, peak_mib=110.0) for s in current])
+
+
+def test_compare_flags_a_case_slower_in_every_round_by_more_than_the_threshold():
+    from benchmarks.compare import THRESHOLD, summarise
+    rows = {r['case']: r for r in summarise({
+        'slower': _rounds([1.0, 1.0, 1.0], [1.19, 1.15, 1.22]),
+        'noise': _rounds([1.0, 1.0, 1.0], [1.20, 0.97, 1.10]),   # one round faster
+        'small': _rounds([1.0, 1.0, 1.0], [1.03, 1.02, 1.04]),   # under the threshold
+        'faster': _rounds([1.0, 1.0, 1.0], [0.8, 0.85, 0.9])}, THRESHOLD)}
+    assert rows['slower']['slower'] and rows['slower']['ratio'] == pytest.approx(1.19)
+    assert (rows['slower']['ratio_min'], rows['slower']['ratio_max']) == \
+        pytest.approx((1.15, 1.22))
+    assert not rows['noise']['slower'] and not rows['small']['slower']
+    assert not rows['faster']['slower']
+    assert rows['slower']['current_mib'] == 110.0
+
+
+def test_compare_names_its_cases_and_refuses_unknown_ones():
+    proc = subprocess.run([sys.executable, os.path.join(TOOLS, 'analysis_tools', 'benchmark.py'),
+                           'compare', '--list'], capture_output=True, text=True, cwd=ROOT)
+    assert 'cmt_s-infer-800x1333' in proc.stdout and 'mask_rcnn_cvt13-iter-640' in proc.stdout
+    proc = subprocess.run([sys.executable, os.path.join(TOOLS, 'analysis_tools', 'benchmark.py'),
+                           'compare', 'HEAD', '--cases', 'resnet'], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 2 and "unknown cases ['resnet']" in proc.stderr

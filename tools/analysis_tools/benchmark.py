@@ -7,6 +7,7 @@
     python tools/analysis_tools/benchmark.py train-iter [--head mask_rcnn] \\
         [--models cvt13 cmt_s swin_t] [--iters 2]
     python tools/analysis_tools/benchmark.py cls-step configs/imagenet_cvt13_300e_in1k.py
+    python tools/analysis_tools/benchmark.py compare REF [--cases ...] [--rounds 3]
 """
 import os.path as osp
 import sys
