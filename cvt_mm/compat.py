@@ -63,16 +63,18 @@ HAS_SELECTIVE_CHECKPOINT = hasattr(_cp, 'create_selective_checkpoint_contexts')
 HAS_AUTOCAST_DEVICE_API = hasattr(torch, 'get_autocast_dtype')
 HAS_COMPILER_IS_COMPILING = hasattr(torch.compiler, 'is_compiling')
 HAS_COMPILER_IS_EXPORTING = hasattr(torch.compiler, 'is_exporting')
+HAS_ONNX_DYNAMO_EXPORT = _onnx_dynamo()
+GENERATOR_PICKLES = _generator_pickles()
 
 #: feature -> (whether this torch has it, the torch release that brought it)
 FEATURES = {
     'safe_globals': (HAS_SAFE_GLOBALS, '2.5'),
     'selective_checkpoint': (HAS_SELECTIVE_CHECKPOINT, '2.4'),
-    'generator_pickles': (_generator_pickles(), '2.4'),
+    'generator_pickles': (GENERATOR_PICKLES, '2.4'),
     'autocast_device_api': (HAS_AUTOCAST_DEVICE_API, '2.4'),
     'compiler_is_compiling': (HAS_COMPILER_IS_COMPILING, '2.3'),
     'compiler_is_exporting': (HAS_COMPILER_IS_EXPORTING, '2.6'),
-    'onnx_dynamo_export': (_onnx_dynamo(), '2.5'),
+    'onnx_dynamo_export': (HAS_ONNX_DYNAMO_EXPORT, '2.5'),
 }
 
 
@@ -83,18 +85,19 @@ def has(feature: str) -> bool:
     return FEATURES[feature][0]
 
 
-def require(feature: str, what: str) -> None:
-    """Raise ``RuntimeError`` if this torch lacks ``feature``, naming ``what`` needs it.
+def require(present: bool, what: str, since: str) -> None:
+    """Raise ``RuntimeError`` naming ``what`` needs torch >= ``since``, unless ``present`` (one
+    of this module's ``HAS_*`` constants; passed in, so that the Hub folder's code copies only
+    the check it uses).
 
     Example::
 
-        >>> require('selective_checkpoint', 'selective_cp=True')
-        RuntimeError: selective_cp=True needs torch >= 2.4 (...); this is torch 2.1.2 ...
+        >>> require(HAS_SELECTIVE_CHECKPOINT, 'selective_cp=True', '2.4')
+        RuntimeError: selective_cp=True needs torch >= 2.4; this is torch 2.1.2+cu121. ...
     """
-    if not has(feature):
-        raise RuntimeError(f'{what} needs torch >= {FEATURES[feature][1]} ({feature}); this is '
-                           f'torch {torch.__version__}. docs/installation.md lists what each '
-                           'tested stack supports.')
+    if not present:
+        raise RuntimeError(f'{what} needs torch >= {since}; this is torch {torch.__version__}. '
+                           'docs/installation.md lists what each tested stack supports.')
 
 
 def aten_ops(*names: str) -> frozenset:

@@ -25,7 +25,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 import torch
 from torch import nn
 
-from ..compat import require
+from ..compat import HAS_ONNX_DYNAMO_EXPORT, require
 from ..models.matrix_resize import matrix_adaptive_avg_pool
 from .builders import build_model_from_config, load_config, task_of
 
@@ -263,7 +263,7 @@ def export_onnx(module: nn.Module, path: str, shape: Sequence[int], dynamic: boo
         >>> info = export_onnx(CMT(arch='ti', num_classes=0).eval(), 'cmt_ti.onnx',
         ...                    (64, 96), dynamic=True)
     """
-    require('onnx_dynamo_export', 'ONNX export (torch.onnx.export(dynamo=True))')
+    require(HAS_ONNX_DYNAMO_EXPORT, 'ONNX export (torch.onnx.export(dynamo=True))', '2.5')
     h, w = shape
     example = torch.randn(batch, 3, h, w)
     with torch.no_grad():

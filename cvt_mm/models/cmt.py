@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
-from ..compat import require
+from ..compat import HAS_SELECTIVE_CHECKPOINT, require
 from ._helpers import (
     batchnorm_trains,
     check_batchnorm_statistics,
@@ -404,7 +404,8 @@ class CMTModel(nn.Module):
         if not isinstance(selective_cp, bool):
             raise ValueError(f'selective_cp must be True or False, got {selective_cp!r}')
         if selective_cp:
-            require('selective_checkpoint', 'selective_cp=True (use with_cp=True instead)')
+            require(HAS_SELECTIVE_CHECKPOINT, 'selective_cp=True (use with_cp=True instead)',
+                    '2.4')
         if not isinstance(bias_cache_size, int) or bias_cache_size < 0:
             raise ValueError(f'bias_cache_size must be an int >= 0, got {bias_cache_size!r}')
         pretrain_img_size = pretrain_img_size or cfg['pretrain_img_size']

@@ -101,3 +101,12 @@ def test_the_restricted_unpickler_refuses_code(tmp_path, capfd):
     with pytest.raises(Exception, match='GLOBAL (posix|os).system'):
         compat.restricted_load(str(path))
     assert 'pwned' not in capfd.readouterr().out
+
+
+def test_selective_recomputation_says_which_torch_it_needs_where_it_is_missing():
+    from cvt_mm.models import CMTModel
+    if compat.HAS_SELECTIVE_CHECKPOINT:
+        assert CMTModel('ti', num_classes=0, selective_cp=True).stages[0].selective_cp
+    else:
+        with pytest.raises(RuntimeError, match=r'selective_cp=True .*needs torch >= 2\.4'):
+            CMTModel('ti', num_classes=0, selective_cp=True)
