@@ -4,7 +4,7 @@ feature rather than by version string; the rest of the package asks this module.
 =============================  =======  ==========================================================
 feature                        torch    used by
 =============================  =======  ==========================================================
-``torch.load`` allow-list      2.4      :func:`safe_load` (before it: a restricted unpickler)
+``torch.load`` allow-list      2.5      :func:`safe_load` (before it: a restricted unpickler)
 selective recomputation        2.4      ``selective_cp=True`` (before it: a clear error)
 ``torch.Generator`` pickles    2.4      nothing any more (the loops no longer copy one)
 ``get_autocast_dtype(device)`` 2.4      :func:`autocast_state`
@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import _codecs
 import collections
+import functools
 import io
 import pickle
 import types
@@ -158,15 +159,21 @@ _LATER_ALLOWED = {'_codecs.encode': _codecs.encode, 'builtins.bytearray': bytear
                   'collections.Counter': collections.Counter, 'torch.device': torch.device}
 
 
+@functools.lru_cache(maxsize=1)
+def _torch_allowed_globals() -> dict:
+    """torch's own ``weights_only`` allow-list, built once (not per global unpickled)."""
+    from torch._weights_only_unpickler import _get_allowed_globals
+    return _get_allowed_globals()
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     """torch's own ``weights_only`` allow-list plus :func:`allow_in_safe_load` and this call's
     extras; any other global is refused, as ``weights_only=True`` refuses it."""
     extra: dict = {}
 
     def find_class(self, module: str, name: str):
-        from torch._weights_only_unpickler import _get_allowed_globals
         key = f'{module}.{name}'
-        allowed = _get_allowed_globals()
+        allowed = _torch_allowed_globals()
         if key in allowed:
             return allowed[key]
         if key in _extra_globals:

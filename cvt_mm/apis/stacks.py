@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
 
-__all__ = ['Stack', 'STACKS', 'parse_requirements', 'problems']
+__all__ = ['Stack', 'STACKS', 'parse_requirements', 'installed_as_spec', 'problems']
 
 
 class Stack(NamedTuple):

@@ -185,9 +185,9 @@ def data(tmp_path_factory):
 
 def _train_and_test(config: str, work: str, metric: str) -> float:
     run_tool(['train.py', config])
-    (checkpoint, ) = [f for f in os.listdir(work) if f.endswith('.pth')
-                      and f not in ('last_checkpoint', )][-1:]
-    proc = run_tool(['test.py', config, osp.join(work, checkpoint)])
+    with open(osp.join(work, 'last_checkpoint')) as f:  # MMEngine's pointer to the last one
+        checkpoint = f.read().strip()
+    proc = run_tool(['test.py', config, checkpoint])
     return printed_metric(proc.stdout + proc.stderr, metric)
 
 

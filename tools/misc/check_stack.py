@@ -38,6 +38,8 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     if not args.stack and not args.requirements:
         parser.error('name a stack (prebuilt, pinned, fork) or --requirements FILE')
+    if args.shell and not args.stack:
+        parser.error('--shell prints a stack\'s settings: name the stack (prebuilt, pinned, fork)')
     stack = stacks.STACKS.get(args.stack)
     path = args.requirements or osp.join(ROOT, stack.requirements)
     python = args.python or (stack.python if stack else '3.11')

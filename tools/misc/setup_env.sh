@@ -32,9 +32,10 @@ if [[ -z "${PYTHON:-}" ]]; then
         PYTHON=${found:-$PYTHON}
     fi
 fi
-if [[ "$PYTHON_VERSION" != "$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo "$PYTHON_VERSION")" ]]; then
+python_found=$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null || echo "$PYTHON_VERSION")
+if [[ "$python_found" != "$PYTHON_VERSION" ]]; then
     # Another interpreter than the stack's (PYTHON=...): its rules again, for that Python.
-    python3 tools/misc/check_stack.py "$STACK" --python "$("$PYTHON" -c 'import sys; print("%d.%d" % sys.version_info[:2])')" >/dev/null || exit 2
+    python3 tools/misc/check_stack.py "$STACK" --python "$python_found" >/dev/null || exit 2
 fi
 stamp="$VENV/.cvt_mm_env_stamp"
 want=$(cat "$REQUIREMENTS" pyproject.toml tools/misc/setup_env.sh cvt_mm/apis/stacks.py | sha256sum | cut -d' ' -f1)
