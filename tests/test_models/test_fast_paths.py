@@ -21,6 +21,7 @@ from cvt_mm.models.layers import (
     QuickGELU,
     ResidualDropPath,
     merge_heads,
+    nlc_to_nchw,
     split_heads,
     split_tokens,
 )
@@ -250,6 +251,39 @@ def test_split_tokens_is_two_slices_with_one_gradient_tensor():
     torch.testing.assert_close(grad, weights)
     none, all_tokens = split_tokens(x, 0)  # no cls token: all of them
     assert none.shape == (2, 0, 4) and torch.equal(all_tokens, x)
+
+
+@pytest.mark.parametrize('batch', [1, 2])
+def test_token_maps_reach_the_convolutions_as_channels_last_views(batch):
+    # A batch of one once got a view with batch stride C; the CPU convolutions then copied it
+    # and ran their NCHW kernels, 10-15x slower (issue 60).
+    x = torch.randn(batch, 6 * 7, 8)
+    nchw = nlc_to_nchw(x, (6, 7))
+    assert nchw.data_ptr() == x.data_ptr() and nchw.stride() == (6 * 7 * 8, 1, 7 * 8, 8)
+    torch.testing.assert_close(nchw, x.transpose(1, 2).reshape(batch, 8, 6, 7))
+    conv = torch.nn.Conv2d(8, 8, 3, padding=1, groups=8)
+    assert conv(nchw).is_contiguous(memory_format=torch.channels_last)
+
+
+@pytest.mark.parametrize('kind', ['cmt', 'cvt'])
+def test_a_batch_of_one_takes_the_convolution_layouts_of_a_larger_batch(kind):
+    model = small(kind).eval()
+    layouts = {}
+
+    def record(batch):
+        def hook(module, inputs, output):
+            layouts.setdefault(batch, []).append(
+                output.is_contiguous(memory_format=torch.channels_last))
+        return hook
+
+    for batch in (1, 2):
+        handles = [m.register_forward_hook(record(batch)) for m in model.modules()
+                   if isinstance(m, torch.nn.Conv2d)]
+        with torch.no_grad():
+            model(torch.randn(batch, 3, 64, 64))
+        for handle in handles:
+            handle.remove()
+    assert any(layouts[2]) and layouts[1] == layouts[2]
 
 
 @pytest.mark.parametrize('drop_prob', [0.0, 0.3])
