@@ -5,6 +5,7 @@ _base_ = [
     'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
     './_base_/backbones/cmt_s.py',
     './_base_/training_guards.py',
+    './_base_/mask2former_param_groups.py',
 ]
 custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
 train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (cvt_mm.engine.runner)
@@ -13,6 +14,4 @@ model = dict(
     backbone=dict(_base_.cmt_s_backbone, _delete_=True, out_indices=(0, 1, 2, 3)),
     decode_head=dict(in_channels=[64, 128, 256, 512]))
 sync_bn = 'torch'  # as our UperNet (upernet_cmt_s.py)
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
-    'cls_token': dict(lr_mult=0.1, decay_mult=0.),
-    'relative_pos': dict(lr_mult=0.1, decay_mult=0.)}))
+optim_wrapper = _base_.mask2former_optim_wrapper  # (_base_/mask2former_param_groups.py)

@@ -6,6 +6,7 @@ _base_ = [
     'mmdet::mask2former/mask2former_r50_8xb2-lsj-50e_coco.py',
     './_base_/backbones/cmt_s.py',
     './_base_/training_guards.py',
+    './_base_/mask2former_param_groups.py',
 ]
 custom_imports = dict(imports=['cvt_mm'], allow_failed_imports=False)
 train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (cvt_mm.engine.runner)
@@ -20,6 +21,4 @@ model = dict(
 train_dataloader = dict(dataset=dict(data_prefix=dict(_delete_=True, img='train2017/')))
 val_dataloader = dict(dataset=dict(data_prefix=dict(_delete_=True, img='val2017/')))
 test_dataloader = val_dataloader
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
-    'cls_token': dict(lr_mult=0.1, decay_mult=0.),
-    'relative_pos': dict(lr_mult=0.1, decay_mult=0.)}))
+optim_wrapper = _base_.mask2former_optim_wrapper  # (_base_/mask2former_param_groups.py)

@@ -6,6 +6,7 @@ _base_ = [
     'mmseg::mask2former/mask2former_r50_8xb2-160k_ade20k-512x512.py',
     './_base_/backbones/cvt13.py',
     './_base_/training_guards.py',
+    './_base_/mask2former_param_groups.py',
 ]
 custom_imports = dict(imports=['mmdet.models', 'cvt_mm'], allow_failed_imports=False)
 train_cfg = dict(type='ResumableIterBasedTrainLoop')  # resumable mid-epoch (cvt_mm.engine.runner)
@@ -25,6 +26,4 @@ model = dict(
 # SyncBN across GPUs for the backbone's BatchNorms, as our UperNet (upernet_cvt13.py): 160k
 # iterations of dense labels re-estimate the statistics (tools/train.py reverts it on CPUs).
 sync_bn = 'torch'
-optim_wrapper = dict(paramwise_cfg=dict(custom_keys={
-    'cls_token': dict(lr_mult=0.1, decay_mult=0.),
-    'relative_pos': dict(lr_mult=0.1, decay_mult=0.)}))
+optim_wrapper = _base_.mask2former_optim_wrapper  # (_base_/mask2former_param_groups.py)

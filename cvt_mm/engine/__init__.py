@@ -5,7 +5,7 @@ import importlib
 
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS
 
-from . import cpu_ddp, exact_resume, fileio, hooks, runner, workers  # noqa: F401  (registrations)
+from . import cpu_ddp, exact_resume, fileio, hooks, norm_decay, runner, workers  # noqa: F401,E501
 from .cpu_ddp import CPUDistributedDataParallel, revert_sync_batchnorm_for_cpu
 from .exact_resume import SkippingBatchSampler, WorkerRandomState
 from .fileio import AtomicLocalBackend
@@ -18,6 +18,7 @@ from .hooks import (
     PreemptionHook,
     TrainingPreempted,
 )
+from .norm_decay import NormDecayOptimWrapperConstructor
 from .runner import (
     ExactResumeRunner,
     ResumableEpochBasedTrainLoop,
@@ -31,7 +32,8 @@ __all__ = ['CPUDistributedDataParallel', 'revert_sync_batchnorm_for_cpu', 'Atomi
            'TrainingPreempted', 'PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE',
            'SkippingBatchSampler', 'WorkerRandomState', 'guard_data_worker',
            'ResumableEpochBasedTrainLoop', 'ResumableIterBasedTrainLoop', 'ExactResumeRunner',
-           'add_training_guards', 'BackboneLayerDecayOptimWrapperConstructor']
+           'add_training_guards', 'BackboneLayerDecayOptimWrapperConstructor',
+           'NormDecayOptimWrapperConstructor']
 
 
 @OPTIM_WRAPPER_CONSTRUCTORS.register_module(name='BackboneLayerDecayOptimWrapperConstructor')
