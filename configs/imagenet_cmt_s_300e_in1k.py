@@ -36,7 +36,11 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=warmup_epochs,
          end=max_epochs, T_max=max_epochs - warmup_epochs, convert_to_iter_based=True),
 ]
-train_cfg = dict(max_epochs=max_epochs)
+# The official run goes 10 epochs past the cosine's end, at its minimum LR: the script trains
+# for the epoch count timm's create_scheduler returns, which adds cooldown_epochs (10 by
+# default) to --epochs (cmt_pytorch/train.py; issue 57). The file keeps the paper's count.
+cooldown_epochs = 10
+train_cfg = dict(max_epochs=max_epochs + cooldown_epochs)
 
 # The official total batch; `tools/train.py --auto-scale-lr` rescales base_lr linearly to yours.
 auto_scale_lr = dict(base_batch_size=1024)

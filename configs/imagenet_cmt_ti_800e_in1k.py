@@ -40,7 +40,9 @@ param_scheduler = [
     dict(type='CosineAnnealingLR', eta_min=1e-5, by_epoch=True, begin=warmup_epochs,
          end=max_epochs, T_max=max_epochs - warmup_epochs, convert_to_iter_based=True),
 ]
-train_cfg = dict(max_epochs=max_epochs)
+# The official 10 cool-down epochs at the minimum LR (see imagenet_cmt_s_300e_in1k.py).
+cooldown_epochs = 10
+train_cfg = dict(max_epochs=max_epochs + cooldown_epochs)
 auto_scale_lr = dict(base_batch_size=2048)
 
 # --no-model-ema in the official command: the training guards alone.

@@ -5,3 +5,5 @@ _base_ = [
     'mmseg::_base_/default_runtime.py',
     './_base_/schedules/adamw_40k.py',
 ]
+# PVT's batch, 4 images per GPU (32 on 8 GPUs; _base_/schedules/adamw_40k.py).
+train_dataloader = dict(batch_size=4)
