@@ -19,6 +19,7 @@ from mmengine.runner.loops import (
 )
 from torch.utils.data import DataLoader
 
+from .compile import compile_model
 from .exact_resume import (
     is_stateful,
     restore_random_states,
@@ -220,13 +221,29 @@ def add_training_guards(runner: Runner) -> None:
 
 @RUNNERS.register_module()
 class ExactResumeRunner(Runner):
-    """MMEngine's ``Runner`` whose ``train()`` first adds :func:`add_training_guards` and whose
-    ``resume()`` gives the loop the checkpoint's data position and generators. Testing and
-    validation alone run as MMEngine's. Arguments as ``Runner``."""
+    """MMEngine's ``Runner`` whose ``train()`` first adds :func:`add_training_guards`, whose
+    ``resume()`` gives the loop the checkpoint's data position and generators, and whose
+    ``compile`` (config) compiles the model's backbone and neck for training, validation and
+    testing (:mod:`.compile`). Arguments as ``Runner``."""
 
     def train(self):
         add_training_guards(self)
         return super().train()
+
+    def _maybe_compile(self, target: str) -> None:
+        # The config's `compile` compiles the model's parts, not MMEngine's train_step.
+        compiled = compile_model(self.model, self.cfg.get('compile'))
+        if compiled:
+            self.logger.info(f'Compiled (torch.compile, in place): {", ".join(compiled)}; '
+                             'the first iterations of each new input size take longer.')
+
+    def val(self):
+        self._maybe_compile('val')
+        return super().val()
+
+    def test(self):
+        self._maybe_compile('test')
+        return super().test()
 
     def load_checkpoint(self, filename: str, *args, **kwargs):
         checkpoint = super().load_checkpoint(filename, *args, **kwargs)

@@ -131,12 +131,12 @@ def check_cmt_input(x: torch.Tensor, owner: str, in_chans: int, last_stage: int,
     functions)."""
     check_image(owner, x, in_chans, MIN_INPUT_SIZE)
     if batchnorm_training:
-        grids = stage_grids(tuple(x.shape[-2:]), sr_ratios)
-        # A list, not a generator: torch.compile traces min() of a list only.
-        _, i, grid = min([(g[1][0] * g[1][1], i, g[1])
-                          for i, g in enumerate(grids[:last_stage + 1])])
-        check_batchnorm_statistics(owner, x.shape[0], grid, f"stage {i}'s smallest map",
-                                   MIN_TRAIN_SIDE_BATCH_1)
+        # Each stage's key/value grid in turn, not the smallest by min(): torch.compile cannot
+        # trace min() over symbolic sizes (a graph break under dynamic shapes).
+        for i, (_, grid) in enumerate(stage_grids(tuple(x.shape[-2:]),
+                                                  sr_ratios)[:last_stage + 1]):
+            check_batchnorm_statistics(owner, x.shape[0], grid, f"stage {i}'s smallest map",
+                                       MIN_TRAIN_SIDE_BATCH_1)
 
 
 # ------------------------------------------------------------------------------------ blocks

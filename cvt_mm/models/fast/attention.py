@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ...compat import is_exporting
+from ...compat import is_compiling, is_exporting
 
 # Where no fused kernel takes the call, above this many score elements (batch x heads x queries
 # x keys) the attention is evaluated in query chunks, so the math fallback (and its autograd)
@@ -75,8 +75,12 @@ class BiasGradAttention(torch.autograd.Function):
         # softmax backward: dS = P * (dP - rowsum(dP * P)), and rowsum(dP * P) = rowsum(dO * O).
         delta = (grad_out * out).sum(-1, keepdim=True)
         k_t, v_t = k.transpose(-2, -1), v.transpose(-2, -1)
-        for start in range(0, nq, rows):
-            rs = slice(start, min(start + rows, nq))
+        # Compiled, in one chunk: a loop over a symbolic query count would make the graph
+        # guard on the count, so every new input size would recompile (and the compiler
+        # schedules the memory itself).
+        starts = [0] if is_compiling() else range(0, nq, rows)
+        for start in starts:
+            rs = slice(start, None) if is_compiling() else slice(start, min(start + rows, nq))
             q_c, grad_out_c = q[..., rs, :], grad_out[..., rs, :]
             bias_c = bias[..., rs, :] if per_query_bias else bias
             probs = torch.matmul(q_c, k_t).mul_(scale).add_(bias_c).softmax(dim=-1)
