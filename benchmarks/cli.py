@@ -6,8 +6,9 @@ Commands (``python tools/analysis_tools/benchmark.py COMMAND ...``):
 
 * ``backbone``: a backbone per input size, mode (``infer``: eval forward under
   ``torch.no_grad()``; ``train``: forward, then backward of the sum of the outputs' means) and
-  attention path; ``--compile`` adds ``torch.compile`` (inductor) for the train cases, its
-  compilation reported apart; ``--vs-hf`` adds Hugging Face's CvT classifier at the same
+  attention path; ``--compile`` adds each case under ``torch.compile`` (inductor), its
+  compilation reported apart, with its speed and peak memory over the eager case's;
+  ``--vs-hf`` adds Hugging Face's CvT classifier at the same
   arch (path ``hf``) and ``--official PATH`` the official model run from a checkout (path
   ``official``; both :mod:`benchmarks.peers`), each with its time over
   ours; ``--entry-points`` adds the same model through timm, transformers and the code of an
@@ -122,7 +123,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help='sdpa: the fast paths (fused attention and the rest of '
                    'cvt_mm.models.fast); reference: the formulas as written, for comparison')
     b.add_argument('--compile', action='store_true',
-                   help='also time train cases under torch.compile (inductor)')
+                   help='also time every case under torch.compile (inductor)')
     b.add_argument('--vs-hf', action='store_true',
                    help="also time Hugging Face's CvtForImageClassification at the same arch "
                    "(--model a CvT with out_type='logits'; needs transformers) and print "
@@ -279,7 +280,8 @@ def _backbone(args) -> int:
     cases = [(size, path, mode, False) for size in args.sizes for mode in args.modes
              for path in args.paths + peers]
     if args.compile:
-        cases += [(size, path, 'train', True) for size in args.sizes for path in args.paths]
+        cases += [(size, path, mode, True) for size in args.sizes for mode in args.modes
+                  for path in args.paths]
     print(f'model: {args.model}  batch: {args.batch}' + (
         f'  rounds: {args.rounds} (each case in its own process, ours then the peers)'
         if args.rounds > 1 else ''))
@@ -313,10 +315,12 @@ def _backbone(args) -> int:
                 lines[-1] += f'  ({PEER_NAMES[path]} / ours: {ratio:.2f}x the time)'
             if res.get('matrix_product_share'):
                 lines[-1] += f'  (matrix products {res["matrix_product_share"]:.0%} of it)'
-            if compiled and (label, path, 'train', False) in done:
-                eager = done[(label, path, 'train', False)]
-                speedup = (eager['fwd_s'] + eager['bwd_s']) / (res['fwd_s'] + res['bwd_s'])
-                lines[-1] += f'  (compiled in {res["compile_s"]:.0f} s; {speedup:.2f}x eager)'
+            if compiled and (label, path, mode, False) in done:
+                eager = done[(label, path, mode, False)]
+                speedup = (eager['fwd_s'] + (eager['bwd_s'] or 0)) / \
+                    (res['fwd_s'] + (res['bwd_s'] or 0))
+                lines[-1] += (f'  (compiled in {res["compile_s"]:.0f} s; {speedup:.2f}x eager '
+                              f'speed, {res["peak_gib"] / eager["peak_gib"]:.2f}x its peak)')
             for part in ('forward', 'backward'):
                 if res.get(f'profile_{part}'):
                     print(f'{label} {path} {mode_label}: top operators, {part}\n'

@@ -130,7 +130,7 @@ def test_rehearsal_passes_and_skips_only_cuda_checks(rehearsal):
     assert 'device cpu: python ' in stdout and 'sizes: parity 2x3x64x96' in stdout
     assert {r['check'] for r in rows} == {'environment', 'mmcv_cuda_ops', 'mmcv_ops_cpu',
                                           'mmcv_ops_cuda_vs_cpu', 'parity', 'sdpa',
-                                          'train_step', 'ddp'}
+                                          'train_step', 'ddp', 'compile'}
     assert not [r for r in rows if r['status'] == gpu_check.FAIL]
     skipped = {(r['check'], r['subject']) for r in rows if r['status'] == gpu_check.SKIP}
     assert all(r['result'].startswith('no CUDA: ') for r in rows
@@ -159,6 +159,10 @@ def test_rehearsal_reports_the_numbers(rehearsal):
     ratio = report['ratios']['Mask R-CNN CvT-13 / Swin-T']
     assert ratio['time'] == pytest.approx(steps[0]['median_s'] / steps[1]['median_s'])
     assert numbers['ddp', 'MaskRCNN-CvT13']['iterations'] >= 3
+    for subject in ('CvT-13-train', 'CMT-S-infer'):
+        compiled = numbers['compile', subject]
+        assert compiled['ratio'] == pytest.approx(compiled['eager_s'] / compiled['compiled_s'])
+        assert compiled['out_rel_error'] <= 1e-4
 
 
 def _index_reachable() -> bool:
