@@ -27,11 +27,12 @@ from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope, init_default_scope
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
 
+from ..engine.norm_decay import NORMS
 from .builders import load_config, model_config, task_of
 
-__all__ = ['COLUMNS', 'DATASET_IMAGES', 'describe_recipe', 'parameter_groups', 'read_table',
+__all__ = ['COLUMNS', 'DATASET_IMAGES', 'describe_recipe', 'build_parameter_groups',
+           'parameter_groups', 'read_table',
            'check_table', 'write_table']
 
 #: Training images of the datasets our configs train on: COCO train2017, ADE20K's training
@@ -42,12 +43,11 @@ COLUMNS = ('batch', 'optimizer', 'backbone LR', 'no weight decay', 'schedule', '
            'drop path', 'EMA', 'BatchNorm', 'augmentation')
 #: The kinds of parameter the ``no weight decay`` cell reports, in its order.
 KINDS = ('norms', 'biases', 'cls token', 'rel-pos', 'embeddings')
-_NORMS = (_BatchNorm, nn.LayerNorm, nn.GroupNorm, nn.InstanceNorm2d)
 _WRAPPERS = ('RepeatDataset', 'ClassBalancedDataset', 'MultiImageMixDataset')
 
 
 def _kind(module: nn.Module, name: str) -> str:
-    if isinstance(module, _NORMS):
+    if isinstance(module, NORMS):  # the layers MMEngine's norm_decay_mult reaches
         return 'norms'
     if name == 'cls_token':
         return 'cls token'
@@ -222,6 +222,28 @@ def _augmentation(cfg: Config) -> str:
     return ', '.join(dict.fromkeys(parts)) or 'none'
 
 
+def build_parameter_groups(config: Union[str, Config]):
+    """``(model, parameter_groups(model, optimizer), optimizer)`` of ``config``: its model built on
+    the meta device in its toolbox's scope, its optimizer by MMEngine's
+    ``build_optim_wrapper``, as the runner builds them."""
+    from mmengine.optim import build_optim_wrapper
+
+    cfg = load_config(config)
+    scope = task_of(cfg)
+    init_default_scope(scope)
+    from mmengine.registry import MODELS
+    logger = MMLogger.get_current_instance()
+    level = logger.level
+    logger.setLevel(logging.WARNING)  # the constructor logs every parameter's options
+    try:
+        with DefaultScope.overwrite_default_scope(scope), torch.device('meta'):
+            model = MODELS.build(model_config(cfg))
+            optimizer = build_optim_wrapper(model, cfg.optim_wrapper).optimizer
+    finally:
+        logger.setLevel(level)
+    return model, parameter_groups(model, optimizer), optimizer
+
+
 def describe_recipe(config: Union[str, Config]) -> Dict[str, str]:
     """The row of ``config`` for :data:`COLUMNS`, from the optimizer MMEngine builds for its
     model and from its loop, schedulers, data and hooks.
@@ -235,29 +257,14 @@ def describe_recipe(config: Union[str, Config]) -> Dict[str, str]:
         total batch their LR is for there); ``images seen`` is the loop's length times the
         total batch (iterations) or times the dataset (epochs).
     """
-    from mmengine.optim import build_optim_wrapper
-
     cfg = load_config(config)
-    scope = task_of(cfg)
     per_gpu = cfg.train_dataloader.batch_size
     total = cfg.get('auto_scale_lr', {}).get('base_batch_size')
     if not total or total % per_gpu:
         raise ValueError(f'auto_scale_lr.base_batch_size={total!r} must be a multiple of the '
                          f'per-GPU batch {per_gpu}: it states the total batch of the recipe')
-    init_default_scope(scope)
-    from mmengine.registry import MODELS
-    logger = MMLogger.get_current_instance()
-    level = logger.level
-    logger.setLevel(logging.WARNING)  # the constructor logs every parameter's options
-    try:
-        with DefaultScope.overwrite_default_scope(scope), torch.device('meta'):
-            model = MODELS.build(model_config(cfg))
-            wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
-    finally:
-        logger.setLevel(level)
-    optimizer = wrapper.optimizer
+    model, params, optimizer = build_parameter_groups(cfg)
     base_lr, base_wd = optimizer.defaults['lr'], optimizer.defaults.get('weight_decay', 0)
-    params = parameter_groups(model, optimizer)
     paramwise = cfg.optim_wrapper.get('paramwise_cfg') or {}
     clip = cfg.optim_wrapper.get('clip_grad') or {}
     ema = [h for h in cfg.get('custom_hooks', []) if h.get('type') == 'EMAHook']

@@ -4,13 +4,13 @@ import os.path as osp
 import shutil
 
 import pytest
-import torch
 from mmengine.optim import build_optim_wrapper
 from torch import nn
 
 import cvt_mm  # noqa: F401  (registers the constructors)
 from cvt_mm.apis.recipe import (
     COLUMNS,
+    build_parameter_groups,
     check_table,
     describe_recipe,
     parameter_groups,
@@ -38,15 +38,8 @@ def test_each_config_builds_the_recipe_its_row_states(config):
 
 
 def _groups(cfg):
-    from mmdet.registry import MODELS
-    from mmengine.registry import init_default_scope
-
-    from cvt_mm.apis.builders import model_config
-    init_default_scope('mmdet')
-    with torch.device('meta'):
-        model = MODELS.build(model_config(cfg))
-        wrapper = build_optim_wrapper(model, cfg.optim_wrapper)
-    return parameter_groups(model, wrapper.optimizer), wrapper.optimizer.defaults
+    _, params, optimizer = build_parameter_groups(cfg)
+    return params, optimizer.defaults
 
 
 def test_mask2former_backbone_norms_get_no_decay_and_the_backbone_lr():

@@ -78,9 +78,9 @@ class BiasGradAttention(torch.autograd.Function):
         # Compiled, in one chunk: a loop over a symbolic query count would make the graph
         # guard on the count, so every new input size would recompile (and the compiler
         # schedules the memory itself).
-        starts = [0] if is_compiling() else range(0, nq, rows)
-        for start in starts:
-            rs = slice(start, None) if is_compiling() else slice(start, min(start + rows, nq))
+        chunks = [slice(None)] if is_compiling() else \
+            [slice(start, min(start + rows, nq)) for start in range(0, nq, rows)]
+        for rs in chunks:
             q_c, grad_out_c = q[..., rs, :], grad_out[..., rs, :]
             bias_c = bias[..., rs, :] if per_query_bias else bias
             probs = torch.matmul(q_c, k_t).mul_(scale).add_(bias_c).softmax(dim=-1)
