@@ -27,8 +27,9 @@ from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope, init_default_scope
 from torch import nn
+from torch.nn.modules.batchnorm import _BatchNorm
+from torch.nn.modules.instancenorm import _InstanceNorm
 
-from ..engine.norm_decay import NORMS
 from .builders import load_config, model_config, task_of
 
 __all__ = ['COLUMNS', 'DATASET_IMAGES', 'describe_recipe', 'build_parameter_groups',
@@ -43,11 +44,13 @@ COLUMNS = ('batch', 'optimizer', 'backbone LR', 'no weight decay', 'schedule', '
            'drop path', 'EMA', 'BatchNorm', 'augmentation')
 #: The kinds of parameter the ``no weight decay`` cell reports, in its order.
 KINDS = ('norms', 'biases', 'cls token', 'rel-pos', 'embeddings')
+# The layers MMEngine's optimizer constructor counts as norms (its norm_decay_mult).
+NORMS = (_BatchNorm, _InstanceNorm, nn.GroupNorm, nn.LayerNorm)
 _WRAPPERS = ('RepeatDataset', 'ClassBalancedDataset', 'MultiImageMixDataset')
 
 
 def _kind(module: nn.Module, name: str) -> str:
-    if isinstance(module, NORMS):  # the layers MMEngine's norm_decay_mult reaches
+    if isinstance(module, NORMS):
         return 'norms'
     if name == 'cls_token':
         return 'cls token'
