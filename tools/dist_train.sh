@@ -54,15 +54,17 @@ fi
 
 # torchrun forwards these signals to the workers (sbatch --signal=USR1@90 sends SIGUSR1) and
 # waits SHUTDOWN_TIMEOUT seconds for them; both are read from the environment, so a torchrun
-# too old to know them ignores them.
-PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1} \
-TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-120} \
-PYTHONPATH="$ROOT:${PYTHONPATH:-}" \
-"$PYTHON" -m torch.distributed.run \
+# too old to know them ignores them. torchrun is this subshell's process once exec'd: its
+# ranks learn its pid, and stop when it dies (cvt_mm.engine.launch.stop_with_launcher).
+( export CVT_MM_LAUNCHER_PID=$BASHPID
+  PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1} \
+  TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-120} \
+  PYTHONPATH="$ROOT:${PYTHONPATH:-}" \
+  exec "$PYTHON" -m torch.distributed.run \
     --nnodes="$NNODES" \
     --nproc_per_node="$GPUS" \
     --max-restarts="$MAX_RESTARTS" \
     "${RENDEZVOUS[@]}" \
     "$ROOT/tools/train.py" \
     "$CONFIG" \
-    --launcher pytorch "${@:3}"
+    --launcher pytorch "${@:3}" )

@@ -19,6 +19,7 @@ import glob
 import os
 import os.path as osp
 import re
+import signal
 from datetime import timedelta
 from typing import Callable, Optional
 
@@ -30,12 +31,13 @@ from torch.distributed.constants import default_pg_timeout
 from ..checkpoint.loading import read_checkpoint
 from .flags import flag_group
 from .hooks import TrainingPreempted
-from .workers import guard_dataloader_workers
+from .workers import _die_with_parent, guard_dataloader_workers
 
 __all__ = ['set_local_rank_env', 'config_from_args', 'setup_launch', 'build_runner',
            'run_and_finish', 'check_dataset_paths', 'prepare_distributed', 'slurm_environment',
-           'first_slurm_host', 'init_process_group', 'finish_distributed', 'restart_count',
-           'find_resumable_checkpoint', 'choose_resume', 'DATASET_LAYOUTS']
+           'first_slurm_host', 'stop_with_launcher', 'init_process_group',
+           'finish_distributed', 'restart_count', 'find_resumable_checkpoint', 'choose_resume',
+           'DATASET_LAYOUTS']
 
 
 def set_local_rank_env(local_rank: int) -> None:
@@ -168,6 +170,21 @@ def slurm_environment(environ=None) -> dict:
                                                   else 29500))
 
 
+def stop_with_launcher() -> None:
+    """Under torchrun, SIGTERM this rank when torchrun dies: a SIGKILLed torchrun left its
+    ranks training on, writing checkpoints beside the job resumed in their work dir. The rank
+    then stops as on a preemption (a checkpoint, exit 75). ``tools/dist_train.sh`` names its
+    torchrun (``CVT_MM_LAUNCHER_PID``), so that a rank whose launcher died before this call
+    stops too (docs/cluster.md, "Faults at random moments")."""
+    if 'TORCHELASTIC_RUN_ID' not in os.environ:
+        return
+    launcher = int(os.environ.get('CVT_MM_LAUNCHER_PID') or os.getppid())
+    if os.getppid() != launcher:
+        raise SystemExit(f'error: torchrun (pid {launcher}) ended before this rank started '
+                         'training; not training without it')
+    _die_with_parent(launcher, signal.SIGTERM)
+
+
 def init_process_group(backend: str, timeout: Optional[timedelta] = None) -> None:
     """``torch.distributed.init_process_group`` from the ``env://`` variables. torch's c10d
     rendezvous gives each attempt a store of its own; its static one keeps the agents' store,
@@ -233,6 +250,7 @@ def prepare_distributed(cfg, launcher: str) -> None:
         os.environ.update(slurm_environment())
     if launcher == 'none':
         return
+    stop_with_launcher()
     dist_cfg = (cfg.get('env_cfg') or {}).get('dist_cfg') or {}
     timeout = dist_cfg.get('timeout')
     timeout = timedelta(seconds=timeout) if isinstance(timeout, (int, float)) else timeout

@@ -32,14 +32,14 @@ __all__ = ['guard_data_worker', 'guarded_worker_init_cfg', 'guard_dataloader_wor
 _PR_SET_PDEATHSIG = 1  # from <linux/prctl.h>
 
 
-def _die_with_parent(parent_pid: int) -> bool:
-    """Ask the kernel to SIGKILL this process when its parent dies (Linux); False where it
-    cannot."""
+def _die_with_parent(parent_pid: int, signum: int = signal.SIGKILL) -> bool:
+    """Ask the kernel to send ``signum`` to this process when its parent dies (Linux); False
+    where it cannot."""
     if not sys.platform.startswith('linux'):
         return False
     try:
         libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        if libc.prctl(_PR_SET_PDEATHSIG, signum, 0, 0, 0) != 0:
             return False
     except (OSError, AttributeError):
         return False

@@ -143,6 +143,43 @@ def _preempt_torchrun(root, config, work):
         assert executed_iterations(work, rank) == [[1, 2, 3, 4, 5], [6]]
 
 
+def test_a_killed_launcher_stops_its_ranks_at_a_checkpoint_and_resume_ends_identically(
+        reference_runs):
+    """SIGKILL of torchrun (found by tests/soak.py: its ranks trained on, writing
+    checkpoints beside the job then resumed in their work dir): the ranks get SIGTERM
+    (cvt_mm.engine.launch.stop_with_launcher), write the next iteration's checkpoint and end;
+    ``--resume`` continues from it to the uninterrupted run's weights."""
+    root, config, reference = reference_runs('det')
+    work = root / 'launcher_killed'
+    args, env = _dist_train(config, work, env=dict(MAX_RESTARTS='1'))
+    log_path = root / 'launcher_killed.log'
+    with open(log_path, 'w') as log:
+        shell = start(args, log, env)
+        torchrun = launcher_pid(shell, 'torch.distributed.run')
+        wait_for(pointer_is(work, 'iter_2.pth'), shell, 'the iteration-2 checkpoint')
+        ranks = children(torchrun)
+        os.kill(torchrun, signal.SIGKILL)  # mid-epoch: iteration 3 of 3
+        assert shell.wait(timeout=60) == 128 + signal.SIGKILL
+        deadline = time.time() + 300
+        while any(alive(r) for r in ranks) and time.time() < deadline:
+            time.sleep(0.1)
+        left = [r for r in ranks if alive(r)]
+        for rank in left:
+            os.kill(rank, signal.SIGKILL)
+        assert not left, 'the ranks outlived their killed launcher'
+    text = log_path.read_text()
+    assert 'SIGTERM: stopping after iteration 3 on every process' in text
+    assert sorted(p.name for p in work.glob('*.pth')) == ['iter_2.pth', 'iter_3.pth']
+    args, env = _dist_train(config, work, ['--resume'])
+    assert run(args, root / 'launcher_resumed.log', env) == 0
+    assert f'--resume: resuming from {work}/iter_3.pth' in \
+        (root / 'launcher_resumed.log').read_text()
+    for rank in range(2):
+        assert executed_iterations(work, rank) == [[1, 2, 3], [4, 5, 6]]
+    assert_same_weights(reference, work / 'iter_6.pth')
+    drop_checkpoints(work)
+
+
 def test_resuming_with_another_number_of_processes_works_and_says_it_is_not_exact(
         reference_runs):
     root, config, reference = reference_runs('det')

@@ -294,6 +294,65 @@ def test_a_process_with_guarded_workers_still_exits_by_itself():
     assert not any(_alive(int(p)) for p in proc.stdout.split())
 
 
+# A stand-in for torchrun: its child, a "rank", calls stop_with_launcher and reports the
+# signal it then receives (tests/soak.py found ranks training on after a SIGKILLed torchrun).
+LAUNCHER = """
+import os, subprocess, sys, time
+rank = subprocess.Popen([sys.executable, '-c', sys.argv[1]], stdout=sys.stderr, env=dict(
+    os.environ, TORCHELASTIC_RUN_ID='test', CVT_MM_LAUNCHER_PID=str(os.getpid())))
+print(rank.pid, flush=True)
+time.sleep(600)
+"""
+RANK = """
+import signal, sys, time
+from cvt_mm.engine.launch import stop_with_launcher
+def stop(signum, frame):
+    print(signal.Signals(signum).name, flush=True)
+    sys.exit(0)
+signal.signal(signal.SIGTERM, stop)
+stop_with_launcher()
+print('ready', flush=True)
+time.sleep(600)
+"""
+
+
+@pytest.mark.skipif(not sys.platform.startswith('linux'), reason='PR_SET_PDEATHSIG is Linux')
+def test_a_rank_receives_sigterm_when_its_launcher_is_killed(tmp_path):
+    """SIGKILL of torchrun (the moment tests/soak.py hit): its ranks get SIGTERM, the preemption
+    path, instead of training on beside the job resumed in their work dir."""
+    out = tmp_path / 'rank.out'
+    with open(out, 'w') as f:
+        launcher = subprocess.Popen([sys.executable, '-c', LAUNCHER, RANK], stdout=subprocess.PIPE,
+                                    stderr=f, text=True, env=dict(os.environ, PYTHONPATH=ROOT))
+    rank = int(launcher.stdout.readline())
+    try:
+        deadline = time.time() + 60
+        while 'ready' not in out.read_text() and time.time() < deadline:
+            time.sleep(0.05)
+        assert 'ready' in out.read_text(), out.read_text()[-2000:]
+    finally:
+        launcher.kill()
+        launcher.wait()
+    deadline = time.time() + 10
+    while _alive(rank) and time.time() < deadline:
+        time.sleep(0.05)
+    if _alive(rank):  # the failure this test guards: leave no process behind
+        os.kill(rank, signal.SIGKILL)
+        raise AssertionError('the rank outlived its killed launcher')
+    assert out.read_text().splitlines()[-1] == 'SIGTERM'
+
+
+def test_a_rank_whose_launcher_has_already_died_does_not_start():
+    """The launcher killed before its rank asked to die with it: the rank's parent is then
+    another process than the one tools/dist_train.sh named."""
+    proc = subprocess.run([sys.executable, '-c', RANK], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=ROOT,
+                                               TORCHELASTIC_RUN_ID='test',
+                                               CVT_MM_LAUNCHER_PID=str(2 ** 22 + 1)))
+    assert proc.returncode == 1 and 'ready' not in proc.stdout
+    assert f'torchrun (pid {2 ** 22 + 1}) ended before this rank started training' in proc.stderr
+
+
 # ----------------------------------------------------------------------------- slurm
 def test_the_first_host_of_slurm_node_lists():
     assert first_slurm_host('node7') == 'node7'
