@@ -55,3 +55,22 @@ class IterationRecordHook(Hook):
         path = osp.join(runner.work_dir, RECORD.format(rank=runner.rank))
         with open(path, 'a') as f:
             f.write(f'{os.getpid()} {runner.iter + 1}\n')
+
+
+# A pause inside every atomic write of a training process, between the temporary file's data
+# and its rename, when CVT_MM_TEST_WRITE_PAUSE says how long (tests/soak.py): the soak's kill
+# while a checkpoint is written lands while the temporary file exists, however fast the disk.
+_WRITE_PAUSE = float(os.environ.get('CVT_MM_TEST_WRITE_PAUSE') or 0)
+if _WRITE_PAUSE:
+    import types
+
+    from cvt_mm.checkpoint import io as _checkpoint_io
+
+    def _slow_fsync(fd: int) -> None:
+        time.sleep(_WRITE_PAUSE)
+        os.fsync(fd)
+
+    _checkpoint_io.os = types.SimpleNamespace(
+        **{name: getattr(os, name) for name in dir(os)
+           if not name.startswith('__') and name != 'fsync'},
+        fsync=_slow_fsync)
