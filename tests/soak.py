@@ -65,6 +65,10 @@ DESCRIPTIONS = dict(rank='SIGKILL of one rank', worker='SIGKILL of one data work
                     write='SIGKILL of rank 0 writing a checkpoint',
                     launcher='SIGKILL of torchrun, then --resume',
                     job='SIGTERM to the whole job, then --resume')
+MOMENTS = {'start-up': "a (re)start, before its first iteration",
+           'training': 'training (iterations, saves, validation)',
+           'checkpoint write': 'a checkpoint write',
+           'between attempts': "torchrun's restart, no rank running"}
 ITERATIONS_PER_EPOCH = 3  # cluster_runs.make_cluster_data with two processes
 WRITE_PAUSE = 0.3  # seconds a training process holds a written temporary file
 END_TIMEOUT = 300  # seconds for a job's processes to end after its launcher's or job's fault
@@ -311,7 +315,8 @@ class Soak:
         time.sleep(draw * WRITE_PAUSE * 0.5)
         os.kill(writer, signal.SIGKILL)
         fault.update(target=f'rank 0 (pid {writer}) writing {name}',
-                     landed_in_write=(self.job.work / name).exists())
+                     landed_in_write=(self.job.work / name).exists(),
+                     moment='checkpoint write', iteration=self._iteration())
         return True
 
     def _end_job(self, fault, how: str):
@@ -494,13 +499,17 @@ def table(results: list) -> str:
 
     def row(name, values):
         rows.append((name, *map(str, values),
-                     *([str(sum(values))] if len(results) > 1 and
+                     *([str(round(sum(values), 1))] if len(results) > 1 and
                        all(isinstance(v, (int, float)) for v in values) else
                        [''] if len(results) > 1 else [])))
     for kind in KINDS:
         row(f'faults: {DESCRIPTIONS[kind]}', [r['by_kind'][kind] for r in results])
-    row('faults injected (planned)', [r['faults'] for r in results])
-    row('  of them landing in a temporary checkpoint file', [r['in_write'] for r in results])
+    row('faults in all', [r['faults'] for r in results])
+    for moment, label in MOMENTS.items():
+        row(f'  landing in {label}', [sum(f['moment'] == moment for f in r['fault_log'])
+                                      for r in results])
+    row('  kills of a writer with its temporary file in place', [r['in_write']
+                                                                 for r in results])
     row('torchrun restarts', [r['torchrun_restarts'] for r in results])
     row('launches with --resume', [r['relaunches'] for r in results])
     row('iterations (uninterrupted)', [r['iterations'] for r in results])
@@ -510,7 +519,8 @@ def table(results: list) -> str:
     row('time lost (s)', [round(r['time_lost_s'], 1) for r in results])
     row('tensors compared', [r['tensors_compared'] for r in results])
     row('tensors differing', [r['tensors_differing'] for r in results])
-    row('other values differing', [r['values_differing'] for r in results])
+    row('other values differing (counters, Python generators)', [r['values_differing']
+                                                                  for r in results])
     row('checkpoints damaged or partial', [len(r['damaged']) + len(r['partial'])
                                            for r in results])
     row('processes left', [r['processes_left'] for r in results])
