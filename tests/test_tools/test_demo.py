@@ -45,9 +45,10 @@ def test_imagenet_layout_is_read_by_mmpretrain_with_the_right_labels(tmp_path):
                         metainfo=dict(classes=SHAPES))) == 3
 
 
-def test_demo_data_is_the_same_for_the_same_seed(tmp_path):
+@pytest.mark.parametrize('cue', ['tint', 'texture'])
+def test_demo_data_is_the_same_for_the_same_seed(tmp_path, cue):
     for name in ('a', 'b'):
-        write_data(tmp_path / name, '--imagenet-train', '3', '--coco-train', '2')
+        write_data(tmp_path / name, '--imagenet-train', '3', '--coco-train', '2', '--cue', cue)
     files = sorted(glob.glob(str(tmp_path / 'a' / '**' / '*.*'), recursive=True))
     assert len(files) == 3 + 2 + 1  # images + the COCO annotation file
     for path in files:
