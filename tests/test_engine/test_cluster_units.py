@@ -353,6 +353,22 @@ def test_a_rank_whose_launcher_has_already_died_does_not_start():
     assert f'torchrun (pid {2 ** 22 + 1}) ended before this rank started training' in proc.stderr
 
 
+def test_a_preempted_run_ends_its_persistent_workers_at_once():
+    """A preempted run's loader, left to garbage collection, kept its workers 10 s: they
+    missed their stop message and ignore SIGTERM (found by tests/soak.py). The preemption
+    path ends them through the loader before it raises (PreemptionHook._stop)."""
+    script = ORPHAN_PARENT.replace('time.sleep(600)', textwrap.dedent('''
+        from cvt_mm.engine.workers import end_workers
+        end_workers(loader)
+        print(' '.join(str(w.pid) for w in it._workers if w.is_alive()), flush=True)
+        ''').replace('\n', '\n    '))
+    proc = subprocess.run([sys.executable, '-c', script, 'fork'], capture_output=True, text=True,
+                          timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    started, alive = proc.stdout.splitlines()
+    assert len(started.split()) == 2 and alive == ''
+
+
 # ----------------------------------------------------------------------------- slurm
 def test_the_first_host_of_slurm_node_lists():
     assert first_slurm_host('node7') == 'node7'

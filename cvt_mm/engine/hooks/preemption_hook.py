@@ -25,6 +25,7 @@ from mmengine.registry import HOOKS
 
 from ..exact_resume import ExactResumeHook
 from ..flags import flag_group
+from ..workers import end_workers
 
 __all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook']
 
@@ -239,4 +240,5 @@ class PreemptionHook(Hook):
         for signum in self._previous:
             signal.signal(signum, signal.SIG_IGN)
         self._previous.clear()
+        end_workers(runner.train_dataloader)
         raise TrainingPreempted(path, signal_name)
