@@ -541,7 +541,10 @@ def parse_args(argv=None):
                         help='Mask R-CNN (det), UperNet (seg) or both, one after the other')
     parser.add_argument('--out', default='work_dirs/soak', help='data, work dirs and logs')
     parser.add_argument('--json', help='the figure as JSON (default: OUT/soak.json)')
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    if args.faults < 1:
+        parser.error(f'--faults must be >= 1, not {args.faults}')
+    return args
 
 
 def main(argv=None) -> int:

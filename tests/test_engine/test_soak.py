@@ -11,9 +11,15 @@ import pytest
 
 from helpers import ROOT
 
-pytestmark = pytest.mark.slow
+
+def test_a_soak_without_faults_is_refused(capsys):
+    import soak  # tests/, on the path as helpers is
+    with pytest.raises(SystemExit):
+        soak.parse_args(['--faults', '0'])
+    assert '--faults must be >= 1, not 0' in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_faults_of_every_kind_at_random_moments_end_bit_exact(tmp_path):
     out = tmp_path / 'soak'
     proc = subprocess.run([sys.executable, 'tests/soak.py', '--faults', '5', '--seed', '1',
