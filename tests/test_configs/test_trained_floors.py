@@ -73,9 +73,9 @@ failed all six head tests: random Mask R-CNN bbox / segm mAP 0.025 / 0.035 (floo
 shuffled 21.08, learning rate 0 3.23 (floor 29.18). ``pytest
 tests/test_configs/test_trained_floors.py -rP`` prints each value reached (``trained value:
 ...``); it passed on 2026-12-06 with the values above (seed 0, one thread). It took 27:34 in one
-thread on the loaded machine (CMT pretraining 356 s, its heads 198 s and 154 s; the same runs
-took 75 s, 31 s and 25 s under a lighter load), against 3:04-3:46 alone for the module of
-2026-12-05; from the lighter-load times, about 5 to 5.5 minutes alone (estimated, not measured).
+thread on the loaded machine, and 3:57 alone in one thread, nothing else running (2026-12-06,
+fp32 GEMM 416 GFLOP/s after it; CMT pretraining and its classification test 48 s, its heads
+24 s and 16 s), against 3:04-3:46 for the module of 2026-12-05.
 """
 import glob
 import os
