@@ -44,50 +44,62 @@ def _dist_train(config, work, extra=(), env=None):
         dict(PORT=str(free_port()), **(env or {}))
 
 
+def _started_past_iteration_2(config, work, log):
+    """(shell, torchrun pid) of a two-process run with one restart allowed, once its
+    iteration-2 checkpoint exists: the next iteration, 3 of 3, is mid-epoch."""
+    args, env = _dist_train(config, work, env=dict(MAX_RESTARTS='1'))
+    shell = start(args, log, env)
+    torchrun = launcher_pid(shell, 'torch.distributed.run')
+    wait_for(pointer_is(work, 'iter_2.pth'), shell, 'the iteration-2 checkpoint')
+    return shell, torchrun
+
+
+def _alive_after(pids, seconds) -> list:
+    """The pids still alive once all have ended or ``seconds`` have passed."""
+    deadline = time.time() + seconds
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
+def _ended_as_uninterrupted(work, reference, runs) -> None:
+    """Each rank completed the iterations ``runs`` (one list per run) and the final weights
+    are the uninterrupted run's, bit for bit; the run's checkpoints are then deleted."""
+    for rank in range(2):
+        assert executed_iterations(work, rank) == runs
+    assert_same_weights(reference, work / 'iter_6.pth')
+    drop_checkpoints(work)
+
+
 @pytest.fixture(scope='module')
-def reference_runs(cluster_data, tmp_path_factory):
-    """``get(kind)`` -> (root, config, final checkpoint) of the uninterrupted two-process run
-    of ``'det'`` (Mask R-CNN) or ``'seg'`` (UperNet), trained once per module; its
-    checkpoints are deleted at the module's end."""
-    runs = {}
-
-    def get(kind):
-        if kind not in runs:
-            root = tmp_path_factory.mktemp(f'{kind}_cluster')
-            config = exact_config(root, kind, cluster_data)
-            work = root / 'uninterrupted'
-            args, env = _dist_train(config, work)
-            assert run(args, root / 'uninterrupted.log', env) == 0, \
-                (root / 'uninterrupted.log').read_text()[-3000:]
-            assert (work / 'iter_6.pth').exists()
-            runs[kind] = (root, config, work / 'iter_6.pth')
-        return runs[kind]
-
-    yield get
-    for root, _, reference in runs.values():
-        drop_checkpoints(reference.parent)
+def reference_run(cluster_data, tmp_path_factory):
+    """(root, config, final checkpoint) of the uninterrupted two-process Mask R-CNN run, trained
+    once per module; its checkpoints are deleted at the module's end. (UperNet's runs are
+    killed and resumed at random moments in tests/test_engine/test_soak.py.)"""
+    root = tmp_path_factory.mktemp('det_cluster')
+    config = exact_config(root, 'det', cluster_data)
+    work = root / 'uninterrupted'
+    args, env = _dist_train(config, work)
+    assert run(args, root / 'uninterrupted.log', env) == 0, \
+        (root / 'uninterrupted.log').read_text()[-3000:]
+    assert (work / 'iter_6.pth').exists()
+    yield root, config, work / 'iter_6.pth'
+    drop_checkpoints(work)
 
 
 # ----------------------------------------------------------------------------- SIGKILL
-@pytest.mark.parametrize('kind', ['det', 'seg'])
 def test_a_killed_rank_is_restarted_by_torchrun_and_the_run_ends_as_if_never_killed(
-        reference_runs, kind):
-    root, config, reference = reference_runs(kind)
+        reference_run):
+    root, config, reference = reference_run
     work = root / 'killed'
-    args, env = _dist_train(config, work, env=dict(MAX_RESTARTS='1'))
     log_path = root / 'killed.log'
     with open(log_path, 'w') as log:
-        shell = start(args, log, env)
-        torchrun = launcher_pid(shell, 'torch.distributed.run')
-        wait_for(pointer_is(work, 'iter_2.pth'), shell, 'the iteration-2 checkpoint')
+        shell, torchrun = _started_past_iteration_2(config, work, log)
         rank1 = next(p for p in children(torchrun) if local_rank(p) == 1)
         workers = children(rank1)
         assert len(workers) == 2  # its persistent data workers
         os.kill(rank1, signal.SIGKILL)  # mid-epoch: iteration 3 of 3
-        deadline = time.time() + 15
-        while any(alive(w) for w in workers) and time.time() < deadline:
-            time.sleep(0.1)
-        assert not any(alive(w) for w in workers), 'the killed rank left orphaned workers'
+        assert not _alive_after(workers, 15), 'the killed rank left orphaned workers'
         assert shell.wait(timeout=900) == 0
     text = log_path.read_text()
     first, restarted = text.split('torchrun restart 1 of 1', 1)
@@ -95,20 +107,16 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_the_run_ends_as_if_never_kil
     assert f'resuming from {work}/iter_2.pth (iteration 2, epoch 0)' in restarted
     assert 'Resuming epoch 1 at batch 3/3' in restarted
     # Killed in iteration 3: both ranks completed 2, then the restart completed 3 to 6.
-    for rank in range(2):
-        assert executed_iterations(work, rank) == [[1, 2], [3, 4, 5, 6]]
-    assert_same_weights(reference, work / 'iter_6.pth')
-    drop_checkpoints(work)
+    _ended_as_uninterrupted(work, reference, [[1, 2], [3, 4, 5, 6]])
 
 
 # ----------------------------------------------------------------------------- preemption
 def test_preemption_writes_a_checkpoint_mid_epoch_and_the_resumed_run_ends_identically(
-        reference_runs):
-    root, config, reference = reference_runs('det')
+        reference_run):
+    root, config, reference = reference_run
     work = root / 'preempted'
     _preempt_torchrun(root, config, work)
-    assert_same_weights(reference, work / 'iter_6.pth')
-    drop_checkpoints(work)
+    _ended_as_uninterrupted(work, reference, [[1, 2, 3, 4, 5], [6]])
 
 
 def _preempt_torchrun(root, config, work):
@@ -139,31 +147,23 @@ def _preempt_torchrun(root, config, work):
     resumed = (root / 'resumed.log').read_text()
     assert f'--resume: resuming from {work}/iter_5.pth' in resumed
     assert 'Resuming epoch 2 at batch 3/3' in resumed
-    for rank in range(2):
-        assert executed_iterations(work, rank) == [[1, 2, 3, 4, 5], [6]]
 
 
 def test_a_killed_launcher_stops_its_ranks_at_a_checkpoint_and_resume_ends_identically(
-        reference_runs):
+        reference_run):
     """SIGKILL of torchrun (found by tests/soak.py: its ranks trained on, writing
     checkpoints beside the job then resumed in their work dir): the ranks get SIGTERM
     (cvt_mm.engine.launch.stop_with_launcher), write the next iteration's checkpoint and end;
     ``--resume`` continues from it to the uninterrupted run's weights."""
-    root, config, reference = reference_runs('det')
+    root, config, reference = reference_run
     work = root / 'launcher_killed'
-    args, env = _dist_train(config, work, env=dict(MAX_RESTARTS='1'))
     log_path = root / 'launcher_killed.log'
     with open(log_path, 'w') as log:
-        shell = start(args, log, env)
-        torchrun = launcher_pid(shell, 'torch.distributed.run')
-        wait_for(pointer_is(work, 'iter_2.pth'), shell, 'the iteration-2 checkpoint')
+        shell, torchrun = _started_past_iteration_2(config, work, log)
         ranks = children(torchrun)
         os.kill(torchrun, signal.SIGKILL)  # mid-epoch: iteration 3 of 3
         assert shell.wait(timeout=60) == 128 + signal.SIGKILL
-        deadline = time.time() + 300
-        while any(alive(r) for r in ranks) and time.time() < deadline:
-            time.sleep(0.1)
-        left = [r for r in ranks if alive(r)]
+        left = _alive_after(ranks, 300)
         for rank in left:
             os.kill(rank, signal.SIGKILL)
         assert not left, 'the ranks outlived their killed launcher'
@@ -174,15 +174,12 @@ def test_a_killed_launcher_stops_its_ranks_at_a_checkpoint_and_resume_ends_ident
     assert run(args, root / 'launcher_resumed.log', env) == 0
     assert f'--resume: resuming from {work}/iter_3.pth' in \
         (root / 'launcher_resumed.log').read_text()
-    for rank in range(2):
-        assert executed_iterations(work, rank) == [[1, 2, 3], [4, 5, 6]]
-    assert_same_weights(reference, work / 'iter_6.pth')
-    drop_checkpoints(work)
+    _ended_as_uninterrupted(work, reference, [[1, 2, 3], [4, 5, 6]])
 
 
 def test_resuming_with_another_number_of_processes_works_and_says_it_is_not_exact(
-        reference_runs):
-    root, config, reference = reference_runs('det')
+        reference_run):
+    root, config, reference = reference_run
     work = root / 'one_process'
     work.mkdir()
     (work / 'iter_2.pth').write_bytes((reference.parent / 'iter_2.pth').read_bytes())

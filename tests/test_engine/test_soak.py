@@ -1,5 +1,6 @@
 """The bounded case of the soak (tests/soak.py, issue 59): five faults, one of each kind, at
-random moments of a two-process Mask R-CNN run under tools/dist_train.sh with MAX_RESTARTS;
+random moments of a two-process UperNet run under tools/dist_train.sh with MAX_RESTARTS (the
+deterministic kills of tests/test_engine/test_cluster_training.py train Mask R-CNN);
 the run must end with the uninterrupted run's weights, optimizer state, schedulers, random
 states and data position, no checkpoint damaged or partial, and no process left. The long
 run (`make soak FAULTS=50`) and its figure: docs/cluster.md, "Faults at random moments"."""
@@ -23,7 +24,7 @@ def test_a_soak_without_faults_is_refused(capsys):
 def test_faults_of_every_kind_at_random_moments_end_bit_exact(tmp_path):
     out = tmp_path / 'soak'
     proc = subprocess.run([sys.executable, 'tests/soak.py', '--faults', '5', '--seed', '1',
-                           '--task', 'det', '--out', str(out)], cwd=ROOT, capture_output=True,
+                           '--task', 'seg', '--out', str(out)], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
     figure = json.loads((out / 'soak.json').read_text())
     result = figure['results'][0]
