@@ -28,9 +28,9 @@ demo:
 # Three pytest-xdist workers on 2 cores, whole test modules each: the real-slurm module holds
 # one worker for about 20 minutes while its jobs mostly wait (paced iterations, time limits),
 # and the other two keep both cores busy meanwhile (2026-12-05: 26:57 against 32:33 with two
-# workers; memory at most 17.7 GB of 24; docs/development.md). xdist's public options: whole
-# modules (loadfile), started in the collection's order (the longest modules first,
-# tests/conftest.py), not sorted by their number of tests.
+# workers; memory at most 17.7 GB of 24; docs/benchmarks.md, "The test suite's time").
+# xdist's public options: whole modules (loadfile), started in the collection's order (the
+# longest modules first, tests/conftest.py), not sorted by their number of tests.
 TEST_WORKERS ?= 3
 TEST_XDIST = -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
