@@ -63,6 +63,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+def alive_after(pids, seconds: float) -> list:
+    """The pids still alive once all have ended or ``seconds`` have passed."""
+    deadline = time.time() + seconds
+    while any(alive(p) for p in pids) and time.time() < deadline:
+        time.sleep(0.1)
+    return [p for p in pids if alive(p)]
+
+
 def command_line(pid: int) -> bytes:
     """Process ``pid``'s NUL-separated command line; empty once it has ended (a launcher
     script's short-lived children, such as ``dirname``, end between listing and reading)."""

@@ -7,7 +7,6 @@ bit."""
 import os
 import os.path as osp
 import signal
-import time
 
 import pytest
 
@@ -15,7 +14,7 @@ from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.engine import PREEMPTED_EXIT_CODE
 
 from cluster_runs import (
-    alive,
+    alive_after,
     assert_same_weights,
     children,
     drop_checkpoints,
@@ -52,14 +51,6 @@ def _started_past_iteration_2(config, work, log):
     torchrun = launcher_pid(shell, 'torch.distributed.run')
     wait_for(pointer_is(work, 'iter_2.pth'), shell, 'the iteration-2 checkpoint')
     return shell, torchrun
-
-
-def _alive_after(pids, seconds) -> list:
-    """The pids still alive once all have ended or ``seconds`` have passed."""
-    deadline = time.time() + seconds
-    while any(alive(p) for p in pids) and time.time() < deadline:
-        time.sleep(0.1)
-    return [p for p in pids if alive(p)]
 
 
 def _ended_as_uninterrupted(work, reference, runs) -> None:
@@ -99,7 +90,7 @@ def test_a_killed_rank_is_restarted_by_torchrun_and_the_run_ends_as_if_never_kil
         workers = children(rank1)
         assert len(workers) == 2  # its persistent data workers
         os.kill(rank1, signal.SIGKILL)  # mid-epoch: iteration 3 of 3
-        assert not _alive_after(workers, 15), 'the killed rank left orphaned workers'
+        assert not alive_after(workers, 15), 'the killed rank left orphaned workers'
         assert shell.wait(timeout=900) == 0
     text = log_path.read_text()
     first, restarted = text.split('torchrun restart 1 of 1', 1)
@@ -163,7 +154,7 @@ def test_a_killed_launcher_stops_its_ranks_at_a_checkpoint_and_resume_ends_ident
         ranks = children(torchrun)
         os.kill(torchrun, signal.SIGKILL)  # mid-epoch: iteration 3 of 3
         assert shell.wait(timeout=60) == 128 + signal.SIGKILL
-        left = _alive_after(ranks, 300)
+        left = alive_after(ranks, 300)
         for rank in left:
             os.kill(rank, signal.SIGKILL)
         assert not left, 'the ranks outlived their killed launcher'

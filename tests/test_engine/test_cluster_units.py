@@ -46,6 +46,7 @@ from cvt_mm.engine.runner import (
     add_training_guards,
 )
 
+from cluster_runs import alive, alive_after
 from helpers import EXIT_PROBE_ENV, ROOT, free_port, repo_config
 
 
@@ -242,14 +243,6 @@ def _ignores_sigterm(pid):
     return bool(int(mask, 16) >> (signal.SIGTERM - 1) & 1)
 
 
-def _alive(pid):
-    try:
-        with open(f'/proc/{pid}/stat') as f:
-            return f.read().split()[2] != 'Z'
-    except FileNotFoundError:
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith('linux'), reason='PR_SET_PDEATHSIG is Linux')
 @pytest.mark.parametrize('start_method', ['fork', 'forkserver', 'spawn'])
 def test_data_workers_die_with_a_killed_training_process(tmp_path, start_method):
@@ -264,7 +257,7 @@ def test_data_workers_die_with_a_killed_training_process(tmp_path, start_method)
         line = proc.stdout.readline()
         workers = [int(p) for p in line.split()]
         assert len(workers) == 2, (proc.kill(), proc.communicate()[1][-2000:])
-        assert all(_alive(w) for w in workers)
+        assert all(alive(w) for w in workers)
         # A spawned worker may still be importing when the first batch arrives from another.
         deadline = time.time() + 60
         while not all(_ignores_sigterm(w) for w in workers) and time.time() < deadline:
@@ -274,14 +267,11 @@ def test_data_workers_die_with_a_killed_training_process(tmp_path, start_method)
             os.kill(w, signal.SIGTERM)
             os.kill(w, signal.SIGUSR1)
         time.sleep(0.5)
-        assert all(_alive(w) for w in workers)
+        assert all(alive(w) for w in workers)
     finally:
         proc.kill()  # SIGKILL, as the kernel's OOM killer
         proc.wait()
-    deadline = time.time() + 10
-    while any(_alive(w) for w in workers) and time.time() < deadline:
-        time.sleep(0.1)
-    assert not any(_alive(w) for w in workers)
+    assert not alive_after(workers, 10)
 
 
 def test_a_process_with_guarded_workers_still_exits_by_itself():
@@ -291,7 +281,7 @@ def test_a_process_with_guarded_workers_still_exits_by_itself():
     proc = subprocess.run([sys.executable, '-c', script, 'fork'], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 3, proc.stderr[-2000:]
-    assert not any(_alive(int(p)) for p in proc.stdout.split())
+    assert not any(alive(int(p)) for p in proc.stdout.split())
 
 
 # A stand-in for torchrun: its child, a "rank", calls stop_with_launcher and reports the
@@ -333,10 +323,7 @@ def test_a_rank_receives_sigterm_when_its_launcher_is_killed(tmp_path):
     finally:
         launcher.kill()
         launcher.wait()
-    deadline = time.time() + 10
-    while _alive(rank) and time.time() < deadline:
-        time.sleep(0.05)
-    if _alive(rank):  # the failure this test guards: leave no process behind
+    if alive_after([rank], 10):  # the failure this test guards: leave no process behind
         os.kill(rank, signal.SIGKILL)
         raise AssertionError('the rank outlived its killed launcher')
     assert out.read_text().splitlines()[-1] == 'SIGTERM'
@@ -365,8 +352,8 @@ def test_a_preempted_run_ends_its_persistent_workers_at_once():
     proc = subprocess.run([sys.executable, '-c', script, 'fork'], capture_output=True, text=True,
                           timeout=60, env=dict(os.environ, PYTHONPATH=ROOT))
     assert proc.returncode == 0, proc.stderr[-2000:]
-    started, alive = proc.stdout.splitlines()
-    assert len(started.split()) == 2 and alive == ''
+    started, left = proc.stdout.splitlines()
+    assert len(started.split()) == 2 and left == ''
 
 
 # ----------------------------------------------------------------------------- slurm
