@@ -30,7 +30,7 @@ from torch.distributed.constants import default_pg_timeout
 
 from ..checkpoint.loading import read_checkpoint
 from .flags import flag_group
-from .hooks import TrainingPreempted
+from .hooks import StopsOutsideTheRun, TrainingPreempted
 from .workers import _die_with_parent, guard_dataloader_workers
 
 __all__ = ['set_local_rank_env', 'config_from_args', 'setup_launch', 'build_runner',
@@ -425,7 +425,9 @@ def setup_launch(cfg, config_path: str, train: bool, resume: Optional[str] = Non
 def run_and_finish(run: Callable[[], object]) -> None:
     """Call ``run`` (which builds and runs the runner, so that nothing else holds it), then
     end the process group; after a preemption without waiting for peers that may be gone,
-    raising ``TrainingPreempted`` again (exit code 75)."""
+    raising ``TrainingPreempted`` again (exit code 75). A SIGTERM/SIGUSR1 after a finished
+    training lets the process finish (:class:`~cvt_mm.engine.hooks.StopsOutsideTheRun`)."""
+    StopsOutsideTheRun()
     try:
         run()
     except TrainingPreempted as stop:

@@ -911,6 +911,58 @@ def test_the_preemption_hook_a_config_lists_answers_signals_when_training_only(t
     assert signal.getsignal(signal.SIGTERM) is before  # given back after the run
 
 
+# tools/train.py's process, on the toy run: a stop signal sent by a hook of the run at a
+# moment around it, or at exit (after the exit probe, where a CI job's time-limit warning
+# once landed and killed a finished slurm job).
+STOP_AROUND_THE_RUN = """
+import atexit, os, signal, sys
+from mmengine.hooks import Hook
+from cvt_mm.engine.launch import run_and_finish
+from test_cluster_units import _toy_runner
+moment, name, work_dir = sys.argv[1:]
+stop = lambda: os.kill(os.getpid(), getattr(signal, name))
+
+class StopAt(Hook):
+    priority = 'HIGHEST' if moment == 'before_run' else 'LOWEST'  # before/after the hook's
+    def before_run(self, runner):
+        if moment == 'before_run':
+            stop()
+    def after_run(self, runner):
+        if moment == 'after_run':
+            stop()
+            print('went on after the signal', flush=True)
+
+if moment == 'exit':
+    atexit.register(stop)
+run_and_finish(lambda: _toy_runner(work_dir, 'stop', [StopAt()], max_iters=4,
+                                   signals=('SIGTERM', 'SIGUSR1')).train())
+"""
+
+
+@pytest.mark.parametrize('moment, name, code', [
+    ('before_run', 'SIGUSR1', -signal.SIGUSR1),  # nothing answers it yet: as by default
+    ('after_run', 'SIGUSR1', 0),
+    ('exit', 'SIGTERM', 0),
+])
+def test_a_stop_after_a_finished_training_lets_the_process_finish(tmp_path, moment, name,
+                                                                   code):
+    """A stop once training is over (its last checkpoint written) has nothing to save: the
+    process finishes with exit code 0, where by default the signal would end it (a slurm job
+    that ends within --signal=USR1@N of its time limit would be FAILED). Before the run the
+    process's previous handling is kept."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([ROOT, os.path.dirname(here), here]))
+    proc = subprocess.run([sys.executable, '-c', STOP_AROUND_THE_RUN, moment, name,
+                           str(tmp_path)], capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == code, proc.stdout[-2000:] + proc.stderr[-3000:]
+    trained = (tmp_path / 'iter_4.pth').is_file()
+    assert trained == (code == 0), os.listdir(tmp_path)
+    if moment == 'after_run':
+        assert 'went on after the signal' in proc.stdout
+        assert f'[cvt_mm] {name} after training ended: nothing left to checkpoint; the ' \
+            'process finishes' in proc.stderr, proc.stderr[-3000:]
+
+
 @pytest.mark.parametrize('loop, by_epoch, error', [
     ('ResumableEpochBasedTrainLoop', True, None),
     ('ResumableIterBasedTrainLoop', False, None),

@@ -110,12 +110,15 @@ def _wait_checkpoint(env, job, work, name, log, timeout=900) -> None:
         time.sleep(0.05)
 
 
-def _requeued_run(env, job, log) -> str:
-    """Wait until the job is back in the queue after its requeue (once), then until it has
-    run again and completed; its whole log."""
+def _requeued_run(env, job, log, *pending_update) -> str:
+    """Wait until the job is back in the queue after its requeue (once), then (after
+    ``scontrol update JobId=JOB *pending_update`` if given) until it has run again and
+    completed; its whole log."""
     info = _wait_job(env, job, ('PENDING', 'COMPLETED', 'FAILED', 'CANCELLED'), log)
     assert info['JobState'] == 'PENDING' and info['Restarts'] == '1', \
         f'{info}\n{_tail(log)}'
+    if pending_update:
+        _slurm(env, 'scontrol', 'update', f'JobId={job}', *pending_update)
     info = _wait_job(env, job, ('COMPLETED', 'FAILED'), log)
     text = _tail(log, 10 ** 6)
     assert info['JobState'] == 'COMPLETED', text[-4000:]
@@ -221,8 +224,10 @@ def test_a_signalled_job_checkpoints_requeues_and_resumes_identically(
 # A real time limit: --time=4 with the signal 150 s before it, so slurmctld sends it 90 to
 # 120 s into the job (it looks every 30 s), after the tasks' start-up (the handlers are
 # installed then) and while the first run, paced 20 s before each iteration and checkpoint,
-# lasts three minutes more; the requeued run, unpaced, ends before its own signal. (Whether
-# the script relays it: B: signals the batch shell only.)
+# lasts three minutes more. The requeued job's limit is raised to 10 minutes while it waits,
+# so that its own signal comes after it has ended: on a loaded CI machine (9 s an iteration)
+# the unpaced run once outlasted 90 s. (Whether the script relays it: B: signals the batch
+# shell only.)
 TIME_LIMITS = {'--signal=USR1@150': False, '--signal=B:USR1@150': True}
 
 
@@ -239,7 +244,7 @@ def test_the_time_limit_signal_checkpoints_requeues_and_resumes_identically(
     job = _sbatch(slurm, log, '--ntasks=2', '--requeue', '--time=4', signal_option,
                   SBATCH_SCRIPT, config, str(work), '--cfg-options', pace)
     _wait_job(slurm, job, ('RUNNING', ), log)  # then PENDING again means requeued
-    text = _requeued_run(slurm, job, log)
+    text = _requeued_run(slurm, job, log, 'TimeLimit=10')
     relayed = 'slurm_sbatch: SIGUSR1, passed on to the tasks'
     assert (relayed in text) == TIME_LIMITS[signal_option], text[-4000:]
     _assert_stopped_and_resumed(text, work, job, 'SIGUSR1')

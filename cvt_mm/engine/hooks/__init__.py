@@ -7,8 +7,9 @@ from .preemption_hook import (
     PREEMPTED_EXIT_CODE,
     STOPPED_EXIT_CODE,
     PreemptionHook,
+    StopsOutsideTheRun,
     TrainingPreempted,
 )
 
 __all__ = ['ClassesCheckHook', 'ExactResumeHook', 'FiniteLossHook', 'PreemptionHook',
-           'TrainingPreempted', 'PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE']
+           'StopsOutsideTheRun', 'TrainingPreempted', 'PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE']

@@ -27,7 +27,8 @@ from ..exact_resume import ExactResumeHook
 from ..flags import flag_group
 from ..workers import end_workers
 
-__all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook']
+__all__ = ['PREEMPTED_EXIT_CODE', 'STOPPED_EXIT_CODE', 'TrainingPreempted', 'PreemptionHook',
+           'StopsOutsideTheRun']
 
 # The message hub's record of the mid-epoch checkpoints of an epoch-based run (see _save).
 _MID_EPOCH_CHECKPOINTS = 'preemption_mid_epoch_checkpoints'
@@ -52,6 +53,47 @@ class TrainingPreempted(SystemExit):
     def __init__(self, checkpoint: str, signal_name: str):
         super().__init__(PREEMPTED_EXIT_CODE)
         self.checkpoint, self.signal_name = checkpoint, signal_name
+
+
+class StopsOutsideTheRun:
+    """The stop signals' handler of a process that runs one training and exits
+    (``tools/train.py``, through :func:`~cvt_mm.engine.launch.run_and_finish`), installed before
+    the runner is built. :class:`PreemptionHook` answers the signals during the run and gives
+    them back after it. Before the run a stop does what the handler before this one did (by
+    default it ends the process). Once the run has ended, training is over and its last
+    checkpoint written: a stop has nothing left to save and the process finishes (exit code 0),
+    where by default it would die. Slurm's time-limit warning (``--signal=USR1@N``) comes in
+    those seconds whenever a job ends within N s of its limit, and a death by the signal makes
+    a finished job FAILED, which ``--dependency=afterok`` jobs wait on for ever.
+
+    Args:
+        signals (Sequence[str]): the signals. Defaults to ``('SIGTERM', 'SIGUSR1')``.
+
+    Example::
+
+        StopsOutsideTheRun()  # then build the runner and train
+    """
+
+    def __init__(self, signals: Sequence[str] = ('SIGTERM', 'SIGUSR1')):
+        self.run_ended = False
+        self._previous = {}
+        if threading.current_thread() is threading.main_thread():
+            for name in signals:
+                signum = getattr(signal, name)
+                self._previous[signum] = signal.signal(signum, self)
+
+    def __call__(self, signum, frame) -> None:
+        name = signal.Signals(signum).name
+        if self.run_ended:
+            sys.stderr.write(f'[cvt_mm] {name} after training ended: nothing left to '
+                             'checkpoint; the process finishes\n')
+            return
+        previous = self._previous[signum]
+        if callable(previous):
+            previous(signum, frame)
+        elif previous != signal.SIG_IGN:  # the default: end the process by this signal
+            signal.signal(signum, signal.SIG_DFL)
+            os.kill(os.getpid(), signum)
 
 
 def _find_checkpoint_hook(runner) -> Optional[CheckpointHook]:
@@ -121,6 +163,8 @@ class PreemptionHook(Hook):
 
     def after_run(self, runner) -> None:
         for signum, handler in self._previous.items():
+            if isinstance(handler, StopsOutsideTheRun):
+                handler.run_ended = True  # before it is back: no stop finds it unaware
             signal.signal(signum, handler)
         self._previous.clear()
 
