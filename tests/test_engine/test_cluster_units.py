@@ -927,6 +927,9 @@ class StopAt(Hook):
     def before_run(self, runner):
         if moment == 'before_run':
             stop()
+    def after_train(self, runner):  # after the last iteration: the final validation's place
+        if moment == 'after_train':
+            stop()
     def after_run(self, runner):
         if moment == 'after_run':
             stop()
@@ -941,6 +944,7 @@ run_and_finish(lambda: _toy_runner(work_dir, 'stop', [StopAt()], max_iters=4,
 
 @pytest.mark.parametrize('moment, name, code', [
     ('before_run', 'SIGUSR1', -signal.SIGUSR1),  # nothing answers it yet: as by default
+    ('after_train', 'SIGTERM', 0),  # recorded by PreemptionHook, and nothing left to answer
     ('after_run', 'SIGUSR1', 0),
     ('exit', 'SIGTERM', 0),
 ])
