@@ -56,15 +56,16 @@ class TrainingPreempted(SystemExit):
 
 
 class StopsOutsideTheRun:
-    """The stop signals' handler of a process that runs one training and exits
-    (``tools/train.py``, through :func:`~cvt_mm.engine.launch.run_and_finish`), installed before
-    the runner is built. :class:`PreemptionHook` answers the signals during the run and gives
-    them back after it. Before the run a stop does what the handler before this one did (by
-    default it ends the process). Once the run has ended, training is over and its last
-    checkpoint written: a stop has nothing left to save and the process finishes (exit code 0),
-    where by default it would die. Slurm's time-limit warning (``--signal=USR1@N``) comes in
-    those seconds whenever a job ends within N s of its limit, and a death by the signal makes
-    a finished job FAILED, which ``--dependency=afterok`` jobs wait on for ever.
+    """The stop signals' handler of a process that runs one training or test and exits
+    (``tools/train.py``, ``tools/test.py``: :func:`~cvt_mm.engine.launch.run_and_finish`),
+    installed before the runner is built. :class:`PreemptionHook` answers the signals during
+    a training run and gives them back after it (a test run never takes them). Before the run
+    a stop does what the handler before this one did (by default it ends the process). Once a
+    training run has ended, its last checkpoint written, a stop has nothing left to save and the
+    process finishes (exit code 0), where by default it would die. Slurm's time-limit warning
+    (``--signal=USR1@N``) comes in those seconds whenever a job ends within N s of its limit,
+    and a death by the signal makes a finished job FAILED, which ``--dependency=afterok`` jobs
+    wait on for ever.
 
     Args:
         signals (Sequence[str]): the signals. Defaults to ``('SIGTERM', 'SIGUSR1')``.
