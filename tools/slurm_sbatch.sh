@@ -50,6 +50,11 @@ step=$!
 # (bash then keeps its status for the next `wait`). So wait until a wait ends with no relay
 # during it: srun's own exit status.
 while relayed=; wait "$step"; status=$?; [ "$status" -gt 128 ] && [ -n "$relayed" ]; do :; done
+# The tasks have ended: a stop now has nothing to reach. `scontrol requeue` below makes slurm
+# end the job's steps, this shell's with SIGTERM, and a slow machine may still be running it
+# then; a relay would only fail ("Job can not be altered now") and the shell would exit early.
+trap 'echo "slurm_sbatch: SIGTERM after the tasks ended: nothing to pass on"' TERM
+trap 'echo "slurm_sbatch: SIGUSR1 after the tasks ended: nothing to pass on"' USR1
 # A job that slurm itself is ending (plain `scancel JOB`, a time limit without --signal) is
 # COMPLETING by now; `scontrol requeue` would bring even that one back, so a cancelled job
 # could never be stopped. Only a job still RUNNING (its tasks stopped by a signal that asked
