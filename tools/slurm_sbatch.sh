@@ -52,7 +52,7 @@ step=$!
 while relayed=; wait "$step"; status=$?; [ "$status" -gt 128 ] && [ -n "$relayed" ]; do :; done
 # The tasks have ended: a stop now has nothing to reach. `scontrol requeue` below makes slurm
 # end the job's steps, this shell's with SIGTERM, and a slow machine may still be running it
-# then; a relay would only fail ("Job can not be altered now") and the shell would exit early.
+# then; a relay would say it passed the signal on and fail ("Job can not be altered now").
 trap 'echo "slurm_sbatch: SIGTERM after the tasks ended: nothing to pass on"' TERM
 trap 'echo "slurm_sbatch: SIGUSR1 after the tasks ended: nothing to pass on"' USR1
 # A job that slurm itself is ending (plain `scancel JOB`, a time limit without --signal) is
