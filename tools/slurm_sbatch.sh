@@ -53,8 +53,9 @@ while relayed=; wait "$step"; status=$?; [ "$status" -gt 128 ] && [ -n "$relayed
 # The tasks have ended: a stop now has nothing to reach. `scontrol requeue` below makes slurm
 # end the job's steps, this shell's with SIGTERM, and a slow machine may still be running it
 # then; a relay would say it passed the signal on and fail ("Job can not be altered now").
-trap 'echo "slurm_sbatch: SIGTERM after the tasks ended: nothing to pass on"' TERM
-trap 'echo "slurm_sbatch: SIGUSR1 after the tasks ended: nothing to pass on"' USR1
+ended() { echo "slurm_sbatch: SIG$1 after the tasks ended: nothing to pass on"; }
+trap 'ended TERM' TERM
+trap 'ended USR1' USR1
 # A job that slurm itself is ending (plain `scancel JOB`, a time limit without --signal) is
 # COMPLETING by now; `scontrol requeue` would bring even that one back, so a cancelled job
 # could never be stopped. Only a job still RUNNING (its tasks stopped by a signal that asked
