@@ -1,8 +1,8 @@
 """The Cascade Mask R-CNN, DINO, Mask2Former and Semantic FPN configs: every config's levels
 and strides are the ones its head is built for (CvT ends at stride 16, so some heads get
 synthetic levels: docs/detection_segmentation.md says which and why), and the 3x configs are
-their 1x models on the 3x recipe. Every model trains and evaluates through the tools in
-test_every_model.py."""
+their 1x models on the 3x recipe, and what reads the backbone takes each size's widths. Each
+head trains and evaluates through the tools on CvT-13 and CMT-S in test_every_model.py."""
 import glob
 import os.path as osp
 
@@ -42,6 +42,20 @@ def expected_levels(name):
     if name.startswith('mask2former'):
         return real, [4, 8, 16, 32]
     return real, real  # Semantic FPN: the real levels only, as UperNet
+
+
+@pytest.mark.parametrize('name', HEAD_CONFIGS)
+def test_what_reads_the_backbone_takes_its_widths(name):
+    """The neck (or Mask2Former's head, which reads the stages) takes the widths of the stages
+    the backbone returns, as the config's arch row gives them: what a size's config changes
+    besides the arch (test_every_model.py trains CvT-13's and CMT-S's through the tools)."""
+    from cvt_mm.models import CMT, CvT
+    model = repo_config(osp.join(CONFIGS, name)).model
+    backbone = model.backbone
+    arch = (CvT if backbone.type == 'CvT' else CMT).arch_zoo[backbone.arch]
+    widths = [arch['embed_dims'][i] for i in backbone.out_indices]
+    reader = model.get('neck') or model.get('panoptic_head') or model.decode_head
+    assert list(reader.in_channels) == widths, (reader.type, reader.in_channels, widths)
 
 
 def test_every_head_and_size_has_its_configs():
