@@ -85,8 +85,10 @@ def test_a_target_the_model_lacks_is_refused_naming_its_parts():
 
 
 @pytest.mark.parametrize('base, task', [
+    # Narrow CvT models of both tasks (with a neck and without), and a real CMT-S: its model
+    # compiles the same in either task (UperNet's was dropped, issue 58's suite budget).
     ('mask_rcnn_cvt13_coco.py', 'det'), ('upernet_cvt13_ade20k.py', 'seg'),
-    ('mask_rcnn_cmt_s_coco.py', None), ('upernet_cmt_s_ade20k.py', None)])
+    ('mask_rcnn_cmt_s_coco.py', None)])
 def test_compile_in_a_config_trains_and_tests_through_the_tools(base, task, tiny_data,
                                                                tmp_path):
     work = str(tmp_path / 'work')

@@ -236,10 +236,12 @@ def logged_train_iterations(log: str) -> list:
 
 
 @pytest.mark.parametrize('base, checkpoint', [
+    # Each head once (at test size: helpers._DET_HEADS, _SEG_HEADS), CMT under two processes
+    # in Mask2Former's ADE20K run. Mask R-CNN CMT-S's run was dropped (issue 58's suite
+    # budget, 38 CPU s): its head is the CvT-13 run's, and what DDP needs of its backbone is
+    # every trainable parameter's gradient (the check above, on that config).
     ('mask_rcnn_cvt13_coco.py', f'epoch_{DIST_ITERATIONS}.pth'),
-    ('mask_rcnn_cmt_s_coco.py', f'epoch_{DIST_ITERATIONS}.pth'),
     ('upernet_cvt13_ade20k.py', f'iter_{DIST_ITERATIONS}.pth'),
-    # One config of each of the other heads (at test size: helpers._DET_HEADS, _SEG_HEADS).
     ('cascade_mask_rcnn_cvt13_coco.py', f'epoch_{DIST_ITERATIONS}.pth'),
     ('dino_4scale_cvt13_12e_coco.py', f'epoch_{DIST_ITERATIONS}.pth'),
     ('mask2former_cvt13_coco.py', f'iter_{DIST_ITERATIONS}.pth'),  # iteration-based
