@@ -196,9 +196,10 @@ def test_trains_evaluates_exports_and_counts_through_the_tools(base, tiny_data, 
     counted = get_flops(model_config, args.shape)
     assert counted['flops'] > counted['backbone_flops'] > counted['attention_flops'] > 0
     # Against an independent count: MMEngine's FlopAnalyzer (fvcore's jit-trace handles), on
-    # the same model, weights and image. Measured on all 34 models at 96 px (the repository's
-    # configs, when all 34 ran here), ours is 0.984 to 1.000 of its count whole, 0.979 to 0.996 for the backbone
-    # alone: it also counts norms, upsampling and grid sampling, which ours leaves out.
+    # the same model, weights and image. Measured on all 34 models of configs/ at 96 px (when
+    # this test ran them all), ours is 0.984 to 1.000 of its count whole, 0.979 to 0.996 for
+    # the backbone alone: it also counts norms, upsampling and grid sampling, which ours
+    # leaves out.
     whole, backbone = _mmengine_gmacs(model_config, args.shape)
     assert counted['flops'] == pytest.approx(whole, rel=0.02), (counted, whole)
     assert counted['backbone_flops'] == pytest.approx(backbone, rel=0.03), (counted, backbone)
