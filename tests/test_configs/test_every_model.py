@@ -13,7 +13,7 @@ the code a tool runs: each one's widths are checked against what its neck or hea
 R-CNN, RetinaNet and UperNet ones at their real widths and predicts), its strides against its
 head's settings, and its arch row against the official parameter count (tests/test_models).
 Through the tools they took 308 of this module's 631 CPU s (docs/benchmarks.md, "The test
-suite's time") and found nothing the reference configs did not.
+suite's time").
 
 The models train at their real widths and depths on 64-96 px images (:func:`configured_depth`
 restores what tests/helpers.py's user configs narrow for the other tests' runs), with two

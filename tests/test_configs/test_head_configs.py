@@ -11,6 +11,7 @@ import torch
 from mmengine.registry import init_default_scope
 
 import cvt_mm  # noqa: F401
+from cvt_mm.models import CMT, CvT
 
 from helpers import (
     CONFIGS,
@@ -49,7 +50,6 @@ def test_what_reads_the_backbone_takes_its_widths(name):
     """The neck (or Mask2Former's head, which reads the stages) takes the widths of the stages
     the backbone returns, as the config's arch row gives them: what a size's config changes
     besides the arch (test_every_model.py trains CvT-13's and CMT-S's through the tools)."""
-    from cvt_mm.models import CMT, CvT
     model = repo_config(osp.join(CONFIGS, name)).model
     backbone = model.backbone
     arch = (CvT if backbone.type == 'CvT' else CMT).arch_zoo[backbone.arch]
