@@ -1,6 +1,7 @@
 """Fixtures shared across test modules: the tiny generated datasets, made once per session,
-two-process (gloo) training runs through tools/dist_train.sh, run once per base config; the
-order and grouping of the test modules in pytest-xdist's workers."""
+two-process (gloo) training runs through tools/dist_train.sh, run once per base config, the
+cluster tests' uninterrupted run, once per session; the order and grouping of the test modules
+in pytest-xdist's workers."""
 import fcntl
 import os
 import os.path as osp
@@ -8,7 +9,7 @@ import pickle
 
 import pytest
 
-from cluster_runs import make_cluster_data
+from cluster_runs import exact_config, make_cluster_data, run
 from helpers import (
     DIST_ITERATIONS,
     EXIT_PROBE_ENV,
@@ -68,6 +69,46 @@ def cluster_data(tmp_path_factory):
     return make_cluster_data(str(tmp_path_factory.mktemp('cluster_data')))
 
 
+def _shared_folder(tmp_path_factory, name: str):
+    """A folder every xdist worker of this run sees (the controller's temporary folder; each
+    worker has its own below it), for a session fixture run once by whichever worker asks
+    first, under a lock there (xdist's documented way to run a session fixture once)."""
+    shared = tmp_path_factory.getbasetemp()
+    if os.environ.get('PYTEST_XDIST_WORKER'):
+        shared = shared.parent
+    shared = shared / name
+    shared.mkdir(exist_ok=True)
+    return shared
+
+
+@pytest.fixture(scope='session')
+def det_reference(tmp_path_factory):
+    """The final checkpoint (``iter_6.pth``; ``iter_2.pth`` and ``iter_4.pth`` beside it) of the
+    uninterrupted two-process run of the cluster tests' narrow Mask R-CNN
+    (:func:`cluster_runs.exact_config` on :func:`cluster_runs.make_cluster_data`'s data)
+    through tools/dist_train.sh, trained once in the whole run by whichever worker asks first.
+
+    Every interrupted run of that config, under any launcher, must end with these weights bit
+    for bit (tests/test_engine/test_cluster_training.py, test_slurm.py, test_two_nodes_netns.py):
+    the launchers train alike, two ranks of one process each reading the same shards
+    (2026-12-07: this run and an uninterrupted two-task ``sbatch tools/slurm_sbatch.sh`` job,
+    ``--launcher slurm``, ended with equal tensors; the two-node run of
+    test_two_nodes_netns.py is compared with it too). Its files are read, never written, by
+    the tests."""
+    shared = _shared_folder(tmp_path_factory, 'det_reference')
+    work, done = shared / 'uninterrupted', shared / 'done'
+    with open(f'{shared}.lock', 'w') as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if not done.exists():  # a run that failed left none: run it again
+            config = exact_config(shared, 'det', make_cluster_data(str(shared / 'data')))
+            log = shared / 'uninterrupted.log'
+            code = run(['tools/dist_train.sh', config, '2', '--work-dir', str(work)], log,
+                       dict(PORT=str(free_port())))
+            assert code == 0 and (work / 'iter_6.pth').exists(), log.read_text()[-3000:]
+            done.touch()
+    return work / 'iter_6.pth'
+
+
 @pytest.fixture(scope='session')
 def dist_train(tiny_data, tmp_path_factory):
     """``dist_train(base)`` -> (config, work_dir, process): a user config inheriting
@@ -77,14 +118,9 @@ def dist_train(tiny_data, tmp_path_factory):
     a checkpoint.
 
     Once per base in the whole run, whichever xdist worker asks first (test_distributed.py and
-    test_detseg_tools.py both train Mask R-CNN CvT-13): the run happens under a lock in the
-    folder all workers share, and the others read its result there (xdist's documented way to
-    run a session fixture once). Its files are read, never written, by the tests."""
-    shared = tmp_path_factory.getbasetemp()
-    if os.environ.get('PYTEST_XDIST_WORKER'):
-        shared = shared.parent  # the controller's folder; each worker has one below it
-    shared = shared / 'dist_train'
-    shared.mkdir(exist_ok=True)
+    test_detseg_tools.py both train Mask R-CNN CvT-13; :func:`_shared_folder`). Its files are
+    read, never written, by the tests."""
+    shared = _shared_folder(tmp_path_factory, 'dist_train')
     runs = {}
 
     def run(base: str):

@@ -63,19 +63,13 @@ def _ended_as_uninterrupted(work, reference, runs) -> None:
 
 
 @pytest.fixture(scope='module')
-def reference_run(cluster_data, tmp_path_factory):
-    """(root, config, final checkpoint) of the uninterrupted two-process Mask R-CNN run, trained
-    once per module; its checkpoints are deleted at the module's end. (UperNet's runs are
-    killed and resumed at random moments in tests/test_engine/test_soak.py.)"""
+def reference_run(cluster_data, det_reference, tmp_path_factory):
+    """(root, config, final checkpoint of its uninterrupted run): the narrow Mask R-CNN of two
+    processes, whose uninterrupted run is trained once in the whole suite (conftest's
+    ``det_reference``). (UperNet's runs are killed and resumed at random moments in
+    tests/test_engine/test_soak.py.)"""
     root = tmp_path_factory.mktemp('det_cluster')
-    config = exact_config(root, 'det', cluster_data)
-    work = root / 'uninterrupted'
-    args, env = _dist_train(config, work)
-    assert run(args, root / 'uninterrupted.log', env) == 0, \
-        (root / 'uninterrupted.log').read_text()[-3000:]
-    assert (work / 'iter_6.pth').exists()
-    yield root, config, work / 'iter_6.pth'
-    drop_checkpoints(work)
+    return root, exact_config(root, 'det', cluster_data), det_reference
 
 
 # ----------------------------------------------------------------------------- SIGKILL

@@ -2,7 +2,8 @@
 (tests/slurm/local_slurm.sh), jobs submitted with sbatch and srun as a user submits them, and
 the events a cluster brings: the time-limit signal, a preemption by a job of a higher
 partition, a requeue by the scheduler of a job running torchrun. Each interrupted job must
-end with the weights of an uninterrupted job under the same launcher, bit for bit.
+end with the weights of the uninterrupted run, bit for bit (conftest's ``det_reference``:
+torchrun's run, which an uninterrupted job of tools/slurm_sbatch.sh equalled).
 
 A requeued job is held by slurm until the credential of its previous run has expired
 (2 minutes by default); the test cluster's credentials live 10 s, so requeued jobs start
@@ -133,17 +134,14 @@ def _tail(path, size=4000) -> str:
 
 
 @pytest.fixture(scope='module')
-def sbatch_reference(slurm, cluster_data, tmp_path_factory):
-    """(root, config, final checkpoint) of an uninterrupted two-task job of
-    tools/slurm_sbatch.sh on the narrow Mask R-CNN (2 epochs of 3 iterations)."""
+def sbatch_reference(cluster_data, det_reference, tmp_path_factory):
+    """(root, config, final checkpoint of its uninterrupted run) of the narrow Mask R-CNN
+    (2 epochs of 3 iterations for two processes): every interrupted job of it below must end
+    with the weights of conftest's ``det_reference``, trained once in the suite by torchrun
+    (2026-12-07: an uninterrupted two-task job of tools/slurm_sbatch.sh ended with the same
+    tensors)."""
     root = tmp_path_factory.mktemp('slurm')
-    config = exact_config(root, 'det', cluster_data)
-    work, log = root / 'uninterrupted', root / 'uninterrupted.log'
-    job = _sbatch(slurm, log, '--ntasks=2', SBATCH_SCRIPT, config, str(work))
-    info = _wait_job(slurm, job, ('COMPLETED', 'FAILED', 'CANCELLED'), log)
-    assert info['JobState'] == 'COMPLETED', _tail(log)
-    yield root, config, work / 'iter_6.pth'
-    drop_checkpoints(work)
+    return root, exact_config(root, 'det', cluster_data), det_reference
 
 
 def _task_exit_codes(log: str) -> dict:
@@ -437,23 +435,15 @@ def _pace_hook_index(config) -> int:
 
 
 def test_torchrun_in_a_job_requeued_by_the_scheduler_resumes_instead_of_starting_over(
-        slurm, cluster_data, tmp_path):
+        slurm, sbatch_reference, tmp_path):
     """``srun bash tools/dist_train.sh`` in a ``--requeue`` job; the scheduler requeues it
     (``scontrol requeue``) after the iteration-4 checkpoint. torchrun of the requeued job
     counts its own restarts from 0: the job's requeue must still be seen."""
-    config = exact_config(tmp_path, 'det', cluster_data)
-    command = f'srun bash tools/dist_train.sh {config} 2 --work-dir {{work}}'
-    env = dict(slurm, PORT=str(free_port()))
-    reference = tmp_path / 'uninterrupted'
-    job = _sbatch(env, tmp_path / 'uninterrupted.log', '--ntasks=1', '--cpus-per-task=2',
-                  '--wrap', command.format(work=reference))
-    info = _wait_job(env, job, ('COMPLETED', 'FAILED'), tmp_path / 'uninterrupted.log')
-    assert info['JobState'] == 'COMPLETED', _tail(tmp_path / 'uninterrupted.log')
-
+    _, config, reference = sbatch_reference
     work, log = tmp_path / 'requeued', tmp_path / 'requeued.log'
-    env['PORT'] = str(free_port())
+    env = dict(slurm, PORT=str(free_port()))
     job = _sbatch(env, log, '--ntasks=1', '--cpus-per-task=2', '--requeue', '--wrap',
-                  command.format(work=work))
+                  f'srun bash tools/dist_train.sh {config} 2 --work-dir {work}')
     _wait_checkpoint(env, job, work, 'iter_4.pth', log)
     _slurm(env, 'scontrol', 'requeue', job)
     text = _requeued_run(env, job, log)
@@ -466,9 +456,8 @@ def test_torchrun_in_a_job_requeued_by_the_scheduler_resumes_instead_of_starting
         assert len(runs) == 2 and runs[0][:4] == [1, 2, 3, 4], runs
         assert runs[1] == list(range(resumed + 1, 7)), runs
     assert 'Epoch(train) [2][3/3]' in requeued
-    assert_same_weights(reference / 'iter_6.pth', work / 'iter_6.pth')
+    assert_same_weights(reference, work / 'iter_6.pth')
     drop_checkpoints(work)
-    drop_checkpoints(reference)
 
 
 def test_slurm_train_sh_runs_its_tasks_as_one_job(slurm, tiny_data, tmp_path):

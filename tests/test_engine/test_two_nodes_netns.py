@@ -186,20 +186,6 @@ def _rank_logs(work, host: str, rank: int) -> list:
     return [path.read_text() for path in paths]
 
 
-@pytest.fixture(scope='module')
-def together(nodes, config):
-    """The uninterrupted two-node run (``MAX_RESTARTS=1``: the launcher of the restart test,
-    a c10d rendezvous): (work dir, node logs)."""
-    root, cfg = config
-    work = root / 'together'
-    shells, logs = _train_on_both(nodes, root, 'together', cfg, work, MAX_RESTARTS='1',
-                                  RDZV_ID=f'together{os.getpid()}')
-    codes = _wait_all(shells, logs)
-    assert codes == [0, 0], ''.join(log.read_text()[-3000:] for log in logs)
-    yield work, [log.read_text() for log in logs]
-    drop_checkpoints(work)
-
-
 def test_torch_alone_cannot_tell_which_node_hosts_the_store(nodes):
     """torch's guess when ``is_host`` is not given: compare the rendezvous address with the
     host name's addresses. Here node0 does not resolve and the guess fails outright (where it
@@ -219,9 +205,11 @@ def test_torch_alone_cannot_tell_which_node_hosts_the_store(nodes):
     assert result.stdout.split()[:2] != ['matches', 'True'], result.stdout
 
 
-def test_two_nodes_with_their_own_addresses_train_together(nodes, config):
+def test_two_nodes_with_their_own_addresses_train_together(nodes, config, det_reference):
     """The static rendezvous (no restarts): node 0 at MASTER_ADDR hosts the store, one set of
-    checkpoints in the shared work dir, the gradients crossed the veth pair."""
+    checkpoints in the shared work dir, the gradients crossed the veth pair, and the weights
+    end as those of the same two processes on one node (conftest's ``det_reference``), bit
+    for bit."""
     root, cfg = config
     work = root / 'static'
     before = _received_bytes(nodes.names[1])
@@ -236,15 +224,15 @@ def test_two_nodes_with_their_own_addresses_train_together(nodes, config):
     assert _received_bytes(nodes.names[1]) - before > 1_000_000
     # Each node's rank wrote its log under its own host name.
     assert len(_rank_logs(work, 'node0', 0)) == 1 and len(_rank_logs(work, 'node1', 1)) == 1
+    assert_same_weights(det_reference, work / 'iter_6.pth')
     drop_checkpoints(work)
 
 
 def test_a_rank_killed_on_node_1_restarts_both_nodes_and_both_resume(nodes, config,
-                                                                     together):
-    """``MAX_RESTARTS=1``: node 1's training process SIGKILLed after the iteration-2
-    checkpoint, mid-epoch. Both nodes restart in time, each rank resumes from that
-    checkpoint, and the weights end as those of the uninterrupted run, bit for bit."""
-    reference_work, _ = together
+                                                                     det_reference):
+    """``MAX_RESTARTS=1`` (a c10d rendezvous): node 1's training process SIGKILLed after the
+    iteration-2 checkpoint, mid-epoch. Both nodes restart in time, each rank resumes from
+    that checkpoint, and the weights end as those of the uninterrupted run, bit for bit."""
     root, cfg = config
     work = root / 'killed'
     shells, logs = _train_on_both(nodes, root, 'killed', cfg, work, MAX_RESTARTS='1',
@@ -292,7 +280,7 @@ def test_a_rank_killed_on_node_1_restarts_both_nodes_and_both_resume(nodes, conf
     assert 'Epoch(train) [1][1/3]' not in _rank_logs(work, 'node0', 0)[1]
     for rank in range(2):  # killed in iteration 3: each node's rank went on from 2
         assert executed_iterations(work, rank) == [[1, 2], [3, 4, 5, 6]]
-    assert_same_weights(reference_work / 'iter_6.pth', work / 'iter_6.pth')
+    assert_same_weights(det_reference, work / 'iter_6.pth')
     drop_checkpoints(work)
 
 
