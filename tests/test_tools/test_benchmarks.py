@@ -16,7 +16,7 @@ from cvt_mm.models.cmt import CMT
 from cvt_mm.models.cvt import CvT
 from cvt_mm.models.fast.attention import sdpa_attention
 
-from helpers import ROOT, TOOLS, load_tool
+from helpers import ROOT, TOOLS, load_tool, run_tool
 
 REPO = os.path.dirname(TOOLS)
 
@@ -64,11 +64,12 @@ def test_counts_match_the_papers(model, size, published):
     assert abs(gmacs - published) <= 0.08 * published + 0.05, gmacs
 
 
-def run_tool(*args, env=None) -> subprocess.CompletedProcess:
-    proc = subprocess.run([sys.executable, *args], cwd=REPO, capture_output=True, text=True,
-                          timeout=600, env=env)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc
+def run_benchmark(*args) -> subprocess.CompletedProcess:
+    """``python tools/analysis_tools/benchmark.py ARGS`` from the checkout, in a fork of the
+    warm tools' server (tests/warm_tools.py: the stack imported once); the cases it times
+    start afresh as ever (``benchmarks.cli``). The installed-package test below starts it
+    afresh."""
+    return run_tool(['analysis_tools/benchmark.py', *args], timeout=600, warm=True)
 
 
 @pytest.mark.slow
@@ -76,10 +77,10 @@ def test_benchmark_backbone_measures_both_modes_with_profiles(tmp_path):
     small = ("dict(type='CMT', arch=dict(embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8],"
              " depths=[1, 1, 1, 1], stem_channels=8, fc_channels=32), pretrain_img_size=64)")
     out = tmp_path / 'bench.json'
-    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model', small,
-                    '--sizes', '64x96',
-                    '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
-                    '--profile', '4', '--json', str(out))
+    proc = run_benchmark('backbone', '--model', small,
+                         '--sizes', '64x96',
+                         '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
+                         '--profile', '4', '--json', str(out))
     results = json.loads(out.read_text())['results']
     infer, train = results
     assert (infer['mode'], train['mode']) == ('infer', 'train')
@@ -160,9 +161,9 @@ def test_benchmark_backbone_times_hugging_face_cvt_beside_ours(tmp_path):
     small = ("dict(type='CvT', arch=dict(embed_dims=[16, 32, 64], num_heads=[1, 2, 4], "
              "depths=[1, 2, 3]), out_type='logits', num_classes=10)")
     out = tmp_path / 'bench.json'
-    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model', small,
-                    '--sizes', '64x64', '--modes', 'infer', 'train', '--runs', '1',
-                    '--warmup', '0', '--vs-hf', '--json', str(out))
+    proc = run_benchmark('backbone', '--model', small,
+                         '--sizes', '64x64', '--modes', 'infer', 'train', '--runs', '1',
+                         '--warmup', '0', '--vs-hf', '--json', str(out))
     results = json.loads(out.read_text())['results']
     assert [(r['path'], r['mode']) for r in results] == [
         ('sdpa', 'infer'), ('hf', 'infer'), ('sdpa', 'train'), ('hf', 'train')]
@@ -189,10 +190,10 @@ def test_benchmark_backbone_times_the_timm_and_hugging_face_entry_points(tmp_pat
     """The same model through timm, transformers and an exported Hub folder's code, each in
     a process of its own: the same work as ours, and each one's time over ours."""
     out = tmp_path / 'bench.json'
-    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model',
-                    "dict(type='CMT', arch='ti', num_classes=0)", '--sizes', '64x96',
-                    '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
-                    '--entry-points', '--json', str(out))
+    proc = run_benchmark('backbone', '--model',
+                         "dict(type='CMT', arch='ti', num_classes=0)", '--sizes', '64x96',
+                         '--modes', 'infer', 'train', '--runs', '1', '--warmup', '0',
+                         '--entry-points', '--json', str(out))
     results = json.loads(out.read_text())['results']
     assert [(r['path'], r['mode']) for r in results] == [
         (path, mode) for mode in ('infer', 'train')
@@ -226,9 +227,9 @@ def test_benchmark_train_iter_of_a_head_compares_with_its_swin_t(tmp_path):
     that run, which really has a Swin backbone."""
     head, size = 'sem_fpn', (128, 128)
     out = tmp_path / 'iter.json'
-    proc = run_tool('tools/analysis_tools/benchmark.py', 'train-iter', '--head', head,
-                    '--models', 'cvt13', 'swin_t', '--size', *map(str, size), '--iters', '1',
-                    '--json', str(out))
+    proc = run_benchmark('train-iter', '--head', head,
+                         '--models', 'cvt13', 'swin_t', '--size', *map(str, size), '--iters', '1',
+                         '--json', str(out))
     report = json.loads(out.read_text())
     assert (report['head'], report['size']) == (head, list(size))
     cvt, swin = report['results']['cvt13'], report['results']['swin_t']
@@ -259,8 +260,8 @@ def test_benchmark_train_iter_trains_a_constructed_swin_t_detection_head(tmp_pat
     Swin-T runs: the tests above compare ours with a Swin-T (Mask R-CNN, Semantic FPN), and
     our DINO trains through the tools in tests/test_configs/test_head_configs.py."""
     out = tmp_path / 'iter.json'
-    run_tool('tools/analysis_tools/benchmark.py', 'train-iter', '--head', 'dino_4scale',
-             '--models', 'swin_t', '--size', '192', '320', '--iters', '1', '--json', str(out))
+    run_benchmark('train-iter', '--head', 'dino_4scale',
+                  '--models', 'swin_t', '--size', '192', '320', '--iters', '1', '--json', str(out))
     swin = json.loads(out.read_text())['results']['swin_t']
     assert (swin['task'], swin['backbone']) == ('mmdet', 'SwinTransformer')
     assert swin['constructed'] and \
@@ -341,9 +342,9 @@ def test_get_flops_counts_whole_models_of_each_kind(config, capsys):
 @pytest.mark.slow
 def test_classification_steps_are_timed(tmp_path):
     """``cls-step`` times a classifier's train_step."""
-    proc = run_tool('tools/analysis_tools/benchmark.py', 'cls-step',
-                    'configs/imagenet_cvt13_300e_in1k.py', '--batch-size', '2', '--size', '64',
-                    '--warmup', '0', '--iters', '1')
+    proc = run_benchmark('cls-step',
+                         'configs/imagenet_cvt13_300e_in1k.py', '--batch-size', '2', '--size', '64',
+                         '--warmup', '0', '--iters', '1')
     line = re.search(r'imagenet_cvt13_300e_in1k.py: batch 2 x 64x64: ([\d.]+) s/iter .*'
                      r'last loss ([\d.]+); peak ([\d.]+) GiB', proc.stdout)
     assert line and float(line.group(1)) > 0 and float(line.group(3)) > 0, proc.stdout
@@ -534,9 +535,9 @@ def test_benchmark_backbone_alternates_ours_and_the_official_cmt(tmp_path):
              " depths=[1, 1, 1, 1], stem_channels=8, fc_channels=32, pretrain_img_size=64),"
              " out_type='logits', num_classes=10)")
     out = tmp_path / 'bench.json'
-    proc = run_tool('tools/analysis_tools/benchmark.py', 'backbone', '--model', small,
-                    '--sizes', '64x64', '--modes', 'train', '--runs', '1', '--warmup', '0',
-                    '--official', path, '--rounds', '2', '--json', str(out))
+    proc = run_benchmark('backbone', '--model', small,
+                         '--sizes', '64x64', '--modes', 'train', '--runs', '1', '--warmup', '0',
+                         '--official', path, '--rounds', '2', '--json', str(out))
     rounds = re.findall(r'^round (\d): +64x64 +(\w+) +train', proc.stdout, re.M)
     assert rounds == [('1', 'sdpa'), ('1', 'official'), ('2', 'sdpa'), ('2', 'official')]
     ours, official = json.loads(out.read_text())['results']

@@ -340,9 +340,12 @@ def test_demo_draws_readable_pictures_and_lists_them(demo_run):
 @pytest.mark.parametrize('config, stage', [(PRETRAIN, 'imagenet_cvt13_demo'),
                                            (DETECT, 'mask_rcnn_cvt13_demo')])
 def test_demo_training_is_deterministic(demo_run, config, stage):
-    """Run again with the same seed: bit-identical weights, so the printed metrics repeat."""
+    """Run again with the same seed: bit-identical weights, so the printed metrics repeat.
+    The second run is a fork of the warm tools' server (tests/warm_tools.py), the first a
+    fresh ``python tools/train.py`` of the demo script: the run does not depend on which."""
     cwd, _, _ = demo_run
-    run_tool(['train.py', config, '--work-dir', f'work_dirs/again_{stage}'], cwd=str(cwd))
+    run_tool(['train.py', config, '--work-dir', f'work_dirs/again_{stage}'], cwd=str(cwd),
+             warm=True)
     first = torch.load(cwd / 'work_dirs' / stage / 'epoch_3.pth', map_location='cpu',
                        weights_only=False)['state_dict']
     again = torch.load(cwd / 'work_dirs' / f'again_{stage}' / 'epoch_3.pth',

@@ -25,7 +25,9 @@ X = torch.randn(1, 3, 80, 112, generator=torch.Generator().manual_seed(3))
 
 
 def export(*args, expect_success=True):
-    return run_tool([TOOL, *map(str, args)], expect_success=expect_success)
+    """The tool in a fork of the warm tools' server (tests/warm_tools.py: the stack imported
+    once), which imports cvt_mm as the tool does."""
+    return run_tool([TOOL, *map(str, args)], expect_success=expect_success, warm=True)
 
 
 def test_an_official_file_gives_a_folder_both_libraries_load(tmp_path):
