@@ -817,7 +817,8 @@ class SignalAt(Hook):
 
 
 def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, resume=None,
-                signals=('SIGUSR1', ), max_epochs=None, checkpoint=None, num_workers=0):
+                signals=('SIGUSR1', ), max_epochs=None, checkpoint=None, num_workers=0,
+                cfg=None):
     """A run of ``tools/train.py``'s pieces: the resumable loop (iteration-based, or
     epoch-based with ``max_epochs``; 12 iterations per epoch), exact resume, the stop on
     ``signals``; one optimizer step every ``accumulative_counts`` iterations; ``checkpoint``:
@@ -838,10 +839,40 @@ def _toy_runner(work_dir, name, hooks=(), accumulative_counts=2, max_iters=8, re
         custom_hooks=[dict(type='ExactResumeHook'),
                       dict(type='PreemptionHook', signals=signals)],
         randomness=dict(seed=0), resume=resume is not None, load_from=resume,
-        default_scope='mmengine')
+        default_scope='mmengine', cfg=cfg)
     for hook in hooks:
         runner.register_hook(hook)
     return runner
+
+
+def test_the_runner_formats_its_config_once_and_again_only_after_a_change(tmp_path,
+                                                                          monkeypatch):
+    """MMEngine formats the config with yapf when the runner starts and at every checkpoint
+    save; the runner's RunConfig formats it once, then again only after the config changed,
+    and every checkpoint holds MMEngine's text of the config as it was."""
+    import mmengine.config.config as config_module
+
+    from cvt_mm.engine.runner import RunConfig
+
+    formatted = []
+    format_code = config_module.FormatCode
+    monkeypatch.setattr(config_module, 'FormatCode',
+                        lambda *args, **kwargs: formatted.append(1) or format_code(*args,
+                                                                                   **kwargs))
+    runner = _toy_runner(tmp_path, 'formatted', max_iters=4, cfg=Config(dict(note='before')),
+                         checkpoint=dict(by_epoch=False, interval=1))
+    runner.train()
+    assert isinstance(runner.cfg, RunConfig) and len(formatted) == 1
+    runner.cfg.note = 'after'
+    runner.save_checkpoint(str(tmp_path), 'changed.pth')
+    runner.save_checkpoint(str(tmp_path), 'unchanged.pth')
+    assert len(formatted) == 2
+    texts = {name: torch.load(tmp_path / name, weights_only=False)['meta']['cfg']
+             for name in ('iter_4.pth', 'changed.pth', 'unchanged.pth')}
+    for name, note in (('iter_4.pth', 'before'), ('changed.pth', 'after'),
+                       ('unchanged.pth', 'after')):
+        runner.cfg.note = note
+        assert texts[name] == Config(runner.cfg.to_dict()).pretty_text, name
 
 
 def test_the_runner_adds_resumable_loops_and_the_training_hooks_when_it_trains(tmp_path):
