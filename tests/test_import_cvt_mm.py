@@ -36,7 +36,7 @@ TOOLBOXES = textwrap.dedent('''
 # (with the modules it loads already loaded: their own import-time doings are not ours) and
 # after setup_process().
 SNAPSHOT = textwrap.dedent('''
-    import atexit, importlib, json, os, signal, sys, time, warnings
+    import atexit, gc, importlib, json, os, signal, sys, time, warnings
     # MMPretrain's models import only with its multimodal models off beside transformers 5,
     # which cvt_mm's import does (tests/test_integration.py): done here first, as the modules
     # cvt_mm loads are loaded before it.
@@ -73,6 +73,7 @@ SNAPSHOT = textwrap.dedent('''
             'torch default dtype': repr(torch.get_default_dtype()),
             'warning filters': repr(warnings.filters),
             'sys.path': repr(sys.path),
+            'objects left out of garbage collection': gc.get_freeze_count() > 0,
         }
 
     def changed(before, after):
@@ -104,7 +105,8 @@ def test_import_changes_only_what_the_registered_parts_need_and_setup_process_th
     # multimodal switch is set before the snapshot (see SNAPSHOT; tests/test_integration.py).
     assert out['import_changes'] == ['HistoryBuffer pickling', 'safe globals']
     assert out['setup_changes'] == ['MMPretrain inferencer pipeline', 'checkpoint loaders',
-                                    'local storage backend']
+                                    'local storage backend',
+                                    'objects left out of garbage collection']
 
 
 def test_import_loads_nothing_the_registries_it_registers_in_do_not():
