@@ -183,11 +183,18 @@ def data(tmp_path_factory):
     return out
 
 
+def _run_tool(args):
+    """On the pinned stack, within the full suite, in the warm tools' fork (the cluster and
+    distributed tests start tools/train.py afresh there); on the other stacks, which run only
+    this folder, afresh, as a user's run starts."""
+    return run_tool(args, warm=this_stack() == 'pinned')
+
+
 def _train_and_test(config: str, work: str, metric: str) -> float:
-    run_tool(['train.py', config])
+    _run_tool(['train.py', config])
     with open(osp.join(work, 'last_checkpoint')) as f:  # MMEngine's pointer to the last one
         checkpoint = f.read().strip()
-    proc = run_tool(['test.py', config, checkpoint])
+    proc = _run_tool(['test.py', config, checkpoint])
     return printed_metric(proc.stdout + proc.stderr, metric)
 
 
@@ -245,11 +252,11 @@ def resumed(data, tmp_path_factory):
                     'train_dataloader = dict(num_workers=2, persistent_workers=True)\n')
         config = str(root / f'{name}_workers.py')
         if name == 'resumed':
-            run_tool(['train.py', config, '--cfg-options', 'train_cfg.max_iters=2'])
-            proc = run_tool(['train.py', config, '--resume'])
+            _run_tool(['train.py', config, '--cfg-options', 'train_cfg.max_iters=2'])
+            proc = _run_tool(['train.py', config, '--resume'])
             runs['resumed_log'] = proc.stdout + proc.stderr
         else:
-            run_tool(['train.py', config])
+            _run_tool(['train.py', config])
         runs[name] = osp.join(work, 'iter_4.pth')
     return runs
 
