@@ -44,12 +44,12 @@ inferencer in a process of their own and wants the same behaviour:
    MMPretrain's scope current, they build what they built before (docs/python_api.md).
 9. **Python's garbage collector** leaves out the objects the process holds when it is set up
    (``gc.freeze()``): the imported stack, half a million objects that live as long as the
-   process. A full collection (MMEngine runs one after building each dataset, Python one
-   whenever the tracked objects have grown by a quarter) took 0.25 s on the 2-core machine and
-   now skips them: 0.7 s of a short training process's 10 (docs/benchmarks.md); a data
-   worker forked afterwards does not write to their pages when it collects (Python's
-   ``gc.freeze`` documentation). What is made later, the runner included, is collected as
-   before.
+   process. Every later full collection walked them all (0.25 s each on the 2-core machine;
+   MMEngine runs one after building each dataset, Python one whenever the tracked objects
+   grow by a quarter), and so did those of the data workers forked from the process, which
+   also write to the pages of the objects they walk (Python's ``gc.freeze`` documentation). A
+   short training run with two data workers took 1.4 to 2.4 CPU s less (docs/benchmarks.md).
+   What the process makes afterwards, the runner included, is collected as before.
 
 The guarded data workers' exit handler is registered where they are configured
 (:func:`cvt_mm.engine.workers.guarded_worker_init_cfg`); the CPU allocator setting is the
