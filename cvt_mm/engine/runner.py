@@ -240,8 +240,8 @@ class RunConfig(Config):
 
     @property
     def pretty_text(self) -> str:
-        state = (self._format_python_code, self.to_dict())
-        formatted = self.__dict__.get('_formatted')  # not __getattr__: that reads the config
+        state = (self.__dict__.get('_format_python_code'), self.to_dict())
+        formatted = self.__dict__.get('_formatted')  # __dict__: __getattr__ reads the config
         try:
             if formatted is not None and formatted[0] == state:
                 return formatted[1]
