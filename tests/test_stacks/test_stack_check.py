@@ -184,9 +184,9 @@ def data(tmp_path_factory):
 
 
 def _run_tool(args):
-    """On the pinned stack, within the full suite, in the warm tools' fork (the cluster and
-    distributed tests start tools/train.py afresh there); on the other stacks, which run only
-    this folder, afresh, as a user's run starts."""
+    """On the pinned stack in the warm tools' fork (its full suite starts tools/train.py
+    afresh in the cluster and distributed tests); on the other stacks, where CI runs only this
+    folder, afresh, as a user's run starts."""
     return run_tool(args, warm=this_stack() == 'pinned')
 
 
