@@ -4,11 +4,12 @@ feature rather than by version string; the rest of the package asks this module.
 =============================  =======  ==========================================================
 feature                        torch    used by
 =============================  =======  ==========================================================
-``torch.load`` allow-list      2.5      :func:`safe_load` (before it: a restricted unpickler)
+``torch.load`` allow-list      2.5      :func:`safe_load` (before it: torch's rules, restated)
 selective recomputation        2.4      ``selective_cp=True`` (before it: a clear error)
 ``torch.Generator`` pickles    2.4      nothing any more (the loops no longer copy one)
 ``get_autocast_dtype(device)`` 2.4      :func:`autocast_state`
 ``torch.compiler.is_compiling`` 2.3     :func:`is_compiling` (before it: ``torch._dynamo``'s)
+SDPA traced at symbolic sizes  2.2      compiled attention (before it: the formula, when compiling)
 ``torch.compiler.is_exporting`` 2.6     :func:`is_exporting` (before it: never exporting)
 ``torch.onnx.export(dynamo=)`` 2.5      ONNX export (before it: a clear error)
 transformers 5 (needs >= 2.6)  2.6      the Hugging Face classes (:func:`huggingface_unavailable`)
@@ -28,16 +29,16 @@ from __future__ import annotations
 import _codecs
 import collections
 import functools
-import io
+import os
 import pickle
-import types
+import zipfile
 from typing import Iterable, Optional
 
 import torch
 import torch.utils.checkpoint as _cp
 
 __all__ = ['FEATURES', 'has', 'require', 'aten_ops', 'is_compiling', 'is_exporting',
-           'autocast_state', 'allow_in_safe_load', 'safe_load', 'restricted_load',
+           'autocast_state', 'allow_in_safe_load', 'safe_load', 'UnsafeCheckpointError',
            'huggingface_unavailable', 'require_huggingface']
 
 def _generator_pickles() -> bool:
@@ -56,6 +57,17 @@ def _onnx_dynamo() -> bool:
         return False
 
 
+def _sdpa_traces_symbolic_sizes() -> bool:
+    # torch 2.2 gave the fused CPU attention an op of its own, whose meta kernel (what dynamo
+    # traces with) takes symbolic sizes; torch 2.1's (_scaled_dot_product_flash_attention's)
+    # fails on them: "SymIntArrayRef expected to contain only concrete integers".
+    try:
+        getattr(torch.ops.aten, '_scaled_dot_product_flash_attention_for_cpu')
+    except (AttributeError, RuntimeError):
+        return False
+    return True
+
+
 # Each feature once, as a constant the functions below read (the Hub folder's code copies the
 # functions it needs with their constants: cvt_mm.models.remote_code).
 HAS_SAFE_GLOBALS = hasattr(torch.serialization, 'safe_globals')
@@ -65,6 +77,7 @@ HAS_AUTOCAST_DEVICE_API = hasattr(torch, 'get_autocast_dtype')
 HAS_COMPILER_IS_COMPILING = hasattr(torch.compiler, 'is_compiling')
 HAS_COMPILER_IS_EXPORTING = hasattr(torch.compiler, 'is_exporting')
 HAS_ONNX_DYNAMO_EXPORT = _onnx_dynamo()
+HAS_SYMBOLIC_SDPA = _sdpa_traces_symbolic_sizes()
 GENERATOR_PICKLES = _generator_pickles()
 
 #: feature -> (whether this torch has it, the torch release that brought it)
@@ -74,6 +87,7 @@ FEATURES = {
     'generator_pickles': (GENERATOR_PICKLES, '2.4'),
     'autocast_device_api': (HAS_AUTOCAST_DEVICE_API, '2.4'),
     'compiler_is_compiling': (HAS_COMPILER_IS_COMPILING, '2.3'),
+    'symbolic_sdpa': (HAS_SYMBOLIC_SDPA, '2.2'),
     'compiler_is_exporting': (HAS_COMPILER_IS_EXPORTING, '2.6'),
     'onnx_dynamo_export': (HAS_ONNX_DYNAMO_EXPORT, '2.5'),
 }
@@ -146,14 +160,18 @@ def _qualified(obj) -> str:
 
 
 def allow_in_safe_load(objs: Iterable) -> None:
-    """Allow ``objs`` (classes, functions) in every :func:`safe_load` made by the restricted
-    unpickler (torch < 2.5); torch's own allow-list is :mod:`cvt_mm.integration`'s to change."""
+    """Allow ``objs`` (classes, functions) in every later :func:`safe_load`, on every torch.
+
+    Example::
+
+        >>> allow_in_safe_load([argparse.Namespace])
+    """
     _extra_globals.update({_qualified(o): o for o in objs})
 
 
 # What torch's own allow-list gained after 2.1 (checked against 2.13's), for the files newer
 # torch writes and reads safely: numpy scalars' bytes (protocol 2), sets, Counters (MMDetection's
-# dataset state), devices; dtypes are taken by type below.
+# dataset state), devices; dtypes and legacy typed storages are added by name below.
 _LATER_ALLOWED = {'_codecs.encode': _codecs.encode, 'builtins.bytearray': bytearray,
                   'builtins.complex': complex, 'builtins.set': set,
                   'collections.Counter': collections.Counter, 'torch.device': torch.device}
@@ -161,72 +179,83 @@ _LATER_ALLOWED = {'_codecs.encode': _codecs.encode, 'builtins.bytearray': bytear
 
 @functools.lru_cache(maxsize=1)
 def _torch_allowed_globals() -> dict:
-    """torch's own ``weights_only`` allow-list, built once (not per global unpickled)."""
+    """torch's own ``weights_only`` allow-list with what later releases added, built once."""
     from torch._weights_only_unpickler import _get_allowed_globals
-    return _get_allowed_globals()
+    allowed = dict(_get_allowed_globals())
+    allowed.update(_LATER_ALLOWED)
+    for name in dir(torch):
+        obj = getattr(torch, name, None)
+        if isinstance(obj, torch.dtype) or (name.endswith('Storage') and isinstance(obj, type)):
+            allowed.setdefault(f'torch.{name}', obj)
+    return allowed
 
 
-class _RestrictedUnpickler(pickle.Unpickler):
-    """torch's own ``weights_only`` allow-list plus :func:`allow_in_safe_load` and this call's
-    extras; any other global is refused, as ``weights_only=True`` refuses it."""
-    extra: dict = {}
-
-    def find_class(self, module: str, name: str):
-        key = f'{module}.{name}'
-        allowed = _torch_allowed_globals()
-        if key in allowed:
-            return allowed[key]
-        if key in _extra_globals:
-            return _extra_globals[key]
-        if key in self.extra:
-            return self.extra[key]
-        if key in _LATER_ALLOWED:
-            return _LATER_ALLOWED[key]
-        if module == 'torch' and isinstance(getattr(torch, name, None), torch.dtype):
-            return getattr(torch, name)
-        if module == 'torch' and name.endswith('Storage'):  # legacy typed storages
-            return getattr(torch, name)
-        raise pickle.UnpicklingError(
-            f'Weights only load failed: unsupported GLOBAL {key} (not on the allow-list)')
+class UnsafeCheckpointError(pickle.UnpicklingError):
+    """A file that :func:`safe_load` refuses because reading it would run code."""
 
 
-def _restricted_module(extra: dict) -> types.ModuleType:
-    unpickler = type('RestrictedUnpickler', (_RestrictedUnpickler, ), {'extra': extra})
-    module = types.ModuleType('cvt_mm_restricted_pickle')
-    module.Unpickler = unpickler
-    module.load = lambda f, **kw: unpickler(f, **kw).load()
-    module.loads = lambda data, **kw: unpickler(io.BytesIO(data), **kw).load()
-    module.__name__ = 'cvt_mm_restricted_pickle'
-    return module
+def _torchscript_entries(f) -> list:
+    """The ``constants.pkl`` entries of ``f`` if it is a zip file (a TorchScript archive's
+    mark, as ``torch.load`` tells one: it then calls ``torch.jit.load``)."""
+    if isinstance(f, (str, os.PathLike)):
+        if not zipfile.is_zipfile(f):
+            return []
+        with zipfile.ZipFile(f) as archive:
+            names = archive.namelist()
+    elif hasattr(f, 'seek') and hasattr(f, 'tell'):
+        position = f.tell()
+        try:
+            if not zipfile.is_zipfile(f):
+                return []
+            f.seek(position)
+            names = zipfile.ZipFile(f).namelist()
+        finally:
+            f.seek(position)
+    else:
+        return []
+    return [n for n in names if n.rsplit('/', 1)[-1] == 'constants.pkl']
 
 
 def safe_load(f, map_location='cpu', extra_globals: Iterable = (), mmap: bool = False):
-    """``torch.load`` that runs no code from the file, on every supported torch: torch's
-    ``weights_only=True`` with ``extra_globals`` allowed (torch >= 2.5), or, before torch had
-    an allow-list, the same allow-list through a restricted unpickler. Never
-    ``weights_only=False``.
+    """``torch.load`` that runs no code from the file, on every supported torch.
+
+    Refused, with an :class:`UnsafeCheckpointError` or ``pickle.UnpicklingError`` naming what:
+    a TorchScript archive (``torch.load`` would hand it to ``torch.jit.load``, which runs its
+    code: load one you trust with ``torch.jit.load``); any global not on torch's
+    ``weights_only`` allow-list, :func:`allow_in_safe_load`'s or ``extra_globals``; calling
+    (REDUCE) or instantiating (NEWOBJ) anything else; setting state (BUILD) on anything but a
+    tensor, an ``OrderedDict`` or an instance of an allowed class (an allowed class itself
+    stays as it is). On torch >= 2.5 this is torch's own ``weights_only=True`` with the extra
+    globals allowed; before, torch's unpickler takes no allow-list and the same rules run in
+    :mod:`cvt_mm._weights_only`. Never ``weights_only=False`` with Python's own unpickler.
 
     Args:
-        f (str | file): what ``torch.load`` takes.
+        f (str | os.PathLike | file): what ``torch.load`` takes.
         map_location: as ``torch.load``. Defaults to ``'cpu'``.
-        extra_globals (Iterable): classes allowed for this call besides torch's and
-            :func:`allow_in_safe_load`'s.
+        extra_globals (Iterable): classes and functions allowed for this call besides torch's
+            and :func:`allow_in_safe_load`'s.
         mmap (bool): memory-map a zip file (``torch.load(mmap=True)``). Defaults to False.
+
+    Returns:
+        The unpickled object, e.g. an MMEngine checkpoint's dict.
+
+    Example::
+
+        >>> safe_load('work_dirs/run/epoch_1.pth', extra_globals=[argparse.Namespace])['meta']
     """
-    extra_globals = list(extra_globals)
-    if HAS_SAFE_GLOBALS:
-        mmap_kw = dict(mmap=True) if mmap else {}
-        with torch.serialization.safe_globals(extra_globals):
-            return torch.load(f, map_location=map_location, weights_only=True, **mmap_kw)
-    return restricted_load(f, map_location, extra_globals, mmap)
-
-
-def restricted_load(f, map_location='cpu', extra_globals: Iterable = (), mmap: bool = False):
-    """:func:`safe_load`'s path for torch < 2.5: ``torch.load`` with a pickle module whose
-    unpickler finds only the allowed globals (:class:`_RestrictedUnpickler`). Works on every
-    torch (the suite checks it on the newest too)."""
-    module = _restricted_module({_qualified(o): o for o in extra_globals})
+    scripted = _torchscript_entries(f)
+    if scripted:
+        raise UnsafeCheckpointError(
+            f'{f!r} is a TorchScript archive (it has {scripted[0]}): loading it runs the code it '
+            'carries, and safe loading reads weights only. Load a TorchScript file you trust '
+            'with torch.jit.load(path).')
+    extra = {**_extra_globals, **{_qualified(o): o for o in extra_globals}}
     mmap_kw = dict(mmap=True) if mmap else {}
+    if HAS_SAFE_GLOBALS:
+        with torch.serialization.safe_globals(list(extra.values())):
+            return torch.load(f, map_location=map_location, weights_only=True, **mmap_kw)
+    from ._weights_only import pickle_module
+    module = pickle_module({**_torch_allowed_globals(), **extra})
     return torch.load(f, map_location=map_location, pickle_module=module, weights_only=False,
                       **mmap_kw)
 

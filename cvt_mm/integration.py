@@ -24,7 +24,9 @@ changes without which the registered parts fail on the supported stack:
    the upstream packages are installed.
 
 Our tools call :func:`setup_process` as well; so can a user who builds a ``Runner`` or an
-inferencer in a process of their own and wants the same behaviour:
+inferencer in a process of their own and wants the same behaviour, and a config run by a
+toolbox's own ``tools/train.py`` gets it with ``custom_imports=dict(imports=['cvt_mm',
+'cvt_mm.process'])`` (:mod:`cvt_mm.process`):
 
 5. **MMEngine's local storage backend** writes through a temporary file and a rename
    (:class:`~cvt_mm.engine.fileio.AtomicLocalBackend`): a run killed while saving left a
@@ -42,13 +44,15 @@ inferencer in a process of their own and wants the same behaviour:
    built afterwards looked its transforms up there (``KeyError: 'ResizeEdge is not in the
    mmdet::transform registry'``, or ``Resize`` of the wrong toolbox). Built alone, or with
    MMPretrain's scope current, they build what they built before (docs/python_api.md).
-9. **Python's garbage collector** leaves out the objects the process holds when it is set up
-   (``gc.freeze()``): the imported stack, half a million objects that live as long as the
-   process. Every later full collection walked them all (0.25 s each on the 2-core machine;
-   MMEngine runs one after building each dataset, Python one whenever the tracked objects
-   grow by a quarter), and so did those of the data workers forked from the process, which
-   also write to the pages of the objects they walk (Python's ``gc.freeze`` documentation). A
-   short training run with two data workers took 1.4 to 2.4 CPU s less (docs/benchmarks.md).
+9. **Python's garbage collector** first collects what is garbage then, and then leaves out the
+   objects the process still holds (``gc.collect()``, ``gc.freeze()``; frozen objects are
+   never collected, so cyclic garbage left at that moment would stay for good): the imported
+   stack, half a million objects that live as long as the process. Every later full
+   collection walked them all (0.25 s each on the 2-core machine; MMEngine runs one after
+   building each dataset, Python one whenever the tracked objects grow by a quarter), and so
+   did those of the data workers forked from the process, which also write to the pages of
+   the objects they walk (Python's ``gc.freeze`` documentation). A short training run with
+   two data workers took 1.4 to 2.4 CPU s less (docs/benchmarks.md).
    What the process makes afterwards, the runner included, is collected as before.
 
 The guarded data workers' exit handler is registered where they are configured
@@ -187,14 +191,14 @@ def _history_buffer_state(self) -> dict:
 
 def allow_mmengine_checkpoints() -> None:
     """Allow-list the types MMEngine writes into its own checkpoints (idempotent). Every file
-    is still read by the restricted unpickler; a checkpoint with any other object is refused.
+    is still read with weights-only rules; a checkpoint with any other object is refused.
     Checkpoints written by plain MMEngine (without ``import cvt_mm``) hold the ``getattr``
     references and cannot be resumed safely; weights-only use of them is unaffected."""
     from mmengine.logging.history_buffer import HistoryBuffer
     allowed = [HistoryBuffer, *_numpy_globals()]
     if compat.HAS_ADD_SAFE_GLOBALS:  # torch >= 2.4: MMEngine's own torch.load accepts them
         torch.serialization.add_safe_globals(allowed)
-    compat.allow_in_safe_load(allowed)  # our loader's restricted unpickler (torch < 2.5)
+    compat.allow_in_safe_load(allowed)  # compat.safe_load, on every torch
     HistoryBuffer.__getstate__ = _history_buffer_state
 
 
@@ -240,6 +244,12 @@ def setup_process() -> None:
     """Make changes 5-9 of the module's table, once: what our tools do to their process
     before they build a ``Runner`` or an inferencer.
 
+    The last of them concerns the whole process: it runs a full garbage collection, then
+    ``gc.freeze()``, so that every object alive at that moment (the imported stack, and
+    whatever the caller made before) is never examined or collected by the garbage collector
+    again; call it before building large short-lived structures, not after. Undo with
+    ``gc.unfreeze()``.
+
     Example:
         >>> import cvt_mm
         >>> cvt_mm.setup_process()
@@ -258,4 +268,5 @@ def setup_process() -> None:
     CheckpointLoader.register_scheme(prefixes=URL_SCHEMES, loader=load_from_http, force=True)
     CheckpointLoader.register_scheme(prefixes='', loader=load_from_local, force=True)
     scope_mmpretrain_inferencers()
+    gc.collect()  # freeze() keeps what it freezes for good: garbage first
     gc.freeze()

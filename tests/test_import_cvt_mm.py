@@ -237,3 +237,26 @@ def test_the_models_need_no_openmmlab():
     into a fresh one (their dependencies are the pyproject's)."""
     out = json.loads(_run(WITHOUT_OPENMMLAB).splitlines()[-1])
     assert out == [[1, 3], 3, 4, []]
+
+
+GARBAGE_BEFORE_SETUP = textwrap.dedent('''
+    import gc, weakref
+    import cvt_mm
+    class Node:
+        pass
+    gc.disable()  # only setup_process collects from here on
+    node = Node()
+    node.itself = node  # a cycle: only the garbage collector frees it
+    alive = weakref.ref(node)
+    del node
+    cvt_mm.setup_process()
+    gc.enable()
+    gc.collect()
+    print('freed' if alive() is None else 'kept for good', gc.get_freeze_count() > 0)
+''')
+
+
+def test_setup_process_collects_garbage_before_it_freezes_what_is_left():
+    """Frozen objects are never collected: cyclic garbage alive when setup_process freezes the
+    process would stay for good."""
+    assert _run(GARBAGE_BEFORE_SETUP).split() == ['freed', 'True']

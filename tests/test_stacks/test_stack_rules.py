@@ -1,14 +1,12 @@
 """The parts of the stacks' support that do not need a particular stack: the combinations the
-set-up refuses before its long build, and the restricted unpickler that reads checkpoints safely
-where torch has no allow-list (torch < 2.5), checked here on whatever torch runs the suite."""
+set-up refuses before its long build, and the feature checks' errors, checked here on whatever
+torch runs the suite (safe loading: test_safe_loading.py)."""
 import os
 import os.path as osp
 import subprocess
 import sys
 
-import numpy as np
 import pytest
-import torch
 
 import cvt_mm  # noqa: F401  (allow-lists MMEngine's checkpoint types)
 from cvt_mm import compat
@@ -66,41 +64,6 @@ def test_the_set_up_stops_before_building_on_a_bad_combination(tmp_path):
                            'prebuilt', '--shell'], capture_output=True, text=True, env=env,
                           cwd=tmp_path, timeout=60)
     assert good.returncode == 0 and 'VENV=.venv-prebuilt' in good.stdout, good.stderr
-
-
-def _mmengine_checkpoint(path):
-    """What MMEngine's CheckpointHook writes besides tensors: the message hub's HistoryBuffer
-    of numpy values, numpy scalars (pickled with protocol 2, as torch.save does), a Counter."""
-    from collections import Counter
-
-    from mmengine.logging import HistoryBuffer
-    buffer = HistoryBuffer()
-    buffer.update(np.float64(0.5))
-    torch.save({'state_dict': {'w': torch.ones(2)}, 'meta': {'seed': np.int64(3),
-                'counts': Counter(a=2), 'dtype': torch.float16, 'device': torch.device('cpu')},
-                'message_hub': {'log_scalars': {'loss': buffer}}}, path)
-
-
-def test_the_restricted_unpickler_reads_mmengine_checkpoints(tmp_path):
-    path = tmp_path / 'iter_2.pth'
-    _mmengine_checkpoint(path)
-    ckpt = compat.restricted_load(str(path))
-    assert torch.equal(ckpt['state_dict']['w'], torch.ones(2))
-    assert ckpt['meta']['seed'] == 3 and ckpt['meta']['counts']['a'] == 2
-    assert ckpt['message_hub']['log_scalars']['loss'].current() == 0.5
-
-
-class _Payload:
-    def __reduce__(self):
-        return (os.system, ('echo pwned',))
-
-
-def test_the_restricted_unpickler_refuses_code(tmp_path, capfd):
-    path = tmp_path / 'evil.pth'
-    torch.save({'state_dict': {}, 'x': _Payload()}, path)
-    with pytest.raises(Exception, match='GLOBAL (posix|os).system'):
-        compat.restricted_load(str(path))
-    assert 'pwned' not in capfd.readouterr().out
 
 
 def test_selective_recomputation_says_which_torch_it_needs_where_it_is_missing():
