@@ -10,7 +10,7 @@ GPU_CHECK_OUT ?= outputs/gpu_check.json
 STACK ?= pinned
 STACK_VENV = $(if $(filter pinned,$(STACK)),.venv,.venv-$(STACK))
 
-.PHONY: env demo test test-fast lint gpu-check wheelhouse stack-check soak
+.PHONY: env demo test test-fast lint docs gpu-check wheelhouse stack-check soak
 env:
 	STACK=$(STACK) bash tools/misc/setup_env.sh
 
@@ -61,6 +61,15 @@ lint:
 	STACK=pinned bash tools/misc/setup_env.sh
 	$(PY) -m ruff check .
 	$(PY) .dev_scripts/check_redefinitions.py
+
+# The docs site: the pages and the API reference from the docstrings, warnings as errors (a
+# missing page or #anchor, a docstring that does not parse), into docs/_build/html
+# (docs/conf.py; docs/development.md, "Documentation"). Installs the `docs` extra if missing.
+docs:
+	STACK=pinned bash tools/misc/setup_env.sh
+	$(PY) -c 'import sphinx, myst_parser, sphinx_rtd_theme' 2>/dev/null \
+		|| $(PY) -m pip install -q -e '.[docs]'
+	$(PY) -m sphinx -E -W --keep-going -q -b html -c docs . docs/_build/html
 
 # On a CUDA machine after `make test`: the GPU checks, tests marked `gpu` (tests/test_gpu/), then
 # one table of them (tools/analysis_tools/gpu_check.py); without CUDA, a small rehearsal of the

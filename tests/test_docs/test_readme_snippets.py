@@ -1,8 +1,10 @@
-"""The python snippets of the README and docs/ work as written: each block that starts with
-`_base_ =` is written to a file and its model built; each `model = dict(...)` or
+"""The python snippets of the README, docs/ and the CHANGELOG work as written: each block that
+starts with `_base_ =` is written to a file and its model built; each `model = dict(...)` or
 `backbone = dict(...)` fragment is built and run on a small input (weights from random, so no
 download is needed). A checkpoint a snippet names is a published one (the download tool knows
-it), and every relative link in the README and docs/ leads to a file that exists."""
+it), every relative link leads to a file that exists and every `#anchor` to a heading of it, and
+every page is in the docs site's table of contents (the site's own build, `make docs`, checks
+the same with Sphinx; these checks are its cheap part, run with the suite)."""
 import glob
 import os.path as osp
 import re
@@ -16,7 +18,9 @@ from cvt_mm.checkpoint import PUBLISHED
 from helpers import ROOT, build_model_from_config, repo_config
 
 DOCS = [osp.join(ROOT, 'README.md')] + sorted(glob.glob(osp.join(ROOT, 'docs', '*.md'))) + \
-    sorted(glob.glob(osp.join(ROOT, 'configs', '*', 'README.md')))
+    sorted(glob.glob(osp.join(ROOT, 'docs', 'api', '*.md'))) + \
+    sorted(glob.glob(osp.join(ROOT, 'configs', '*', 'README.md'))) + \
+    [osp.join(ROOT, 'CHANGELOG.md')]
 PUBLISHED_FILES = {osp.basename(p.filename) for p in PUBLISHED}
 
 
@@ -186,19 +190,74 @@ def test_every_tool_command_parses_and_names_real_files(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- links
+def heading_anchors(text: str) -> set:
+    """The anchors GitHub (and MyST's ``myst_heading_anchors``) give a page's headings:
+    lower case, punctuation dropped, spaces made hyphens, ``-1``, ``-2`` on repeats. Lines in
+    fenced code blocks are not headings."""
+    anchors, seen = set(), {}
+    for line in re.sub(r'^```.*?^```', '', text, flags=re.S | re.M).splitlines():
+        match = re.match(r'#{1,6} (.+)', line)
+        if match:
+            slug = re.sub(r'[^\w\- ]', '', match.group(1).strip().lower()).replace(' ', '-')
+            anchors.add(slug if slug not in seen else f'{slug}-{seen[slug]}')
+            seen[slug] = seen.get(slug, 0) + 1
+    return anchors
+
+
+def test_heading_anchors_are_github_s():
+    text = ("# CPU benchmarks: work, speed, memory\n## The test suite's time\n"
+            "## `torch.compile`\n```bash\n# not a heading\n```\n## Rerun\n## Rerun\n")
+    assert heading_anchors(text) == {'cpu-benchmarks-work-speed-memory', 'the-test-suites-time',
+                                     'torchcompile', 'rerun', 'rerun-1'}
+
+
 def test_every_relative_link_resolves():
-    """[text](path) and [text](path#anchor) in the README, docs/ and the model-zoo pages name
-    files that exist (web links are not fetched: there is no internet here)."""
-    checked = 0
+    """[text](path), [text](path#anchor) and [text](#anchor) in the README, docs/, the
+    model-zoo pages and the CHANGELOG name files that exist and headings they have (web links
+    are not fetched: there is no internet here)."""
+    checked = anchors = 0
     for path in DOCS:
         text = open(path).read()
         for target in re.findall(r'\]\(([^)\s]+)\)', text):
-            if re.match(r'[a-z]+://|mailto:|#', target):
+            if re.match(r'[a-z]+://|mailto:', target):
                 continue
-            file = osp.normpath(osp.join(osp.dirname(path), target.split('#')[0]))
-            assert osp.exists(file), f'{osp.relpath(path, ROOT)} links to missing {target}'
+            name, _, anchor = target.partition('#')
+            file = osp.normpath(osp.join(osp.dirname(path), name)) if name else path
+            where = f'{osp.relpath(path, ROOT)} links to'
+            assert osp.exists(file), f'{where} missing {target}'
+            if anchor:
+                assert file.endswith('.md'), f'{where} an anchor of a file, not a page: {target}'
+                assert anchor in heading_anchors(open(file).read()), \
+                    f'{where} {target}, a heading {osp.relpath(file, ROOT)} does not have'
+                anchors += 1
             checked += 1
-    assert checked >= 20
+    assert checked >= 20 and anchors >= 10
+
+
+def toctree_entries(path: str) -> set:
+    """The pages a page's ```{toctree} blocks list, as paths."""
+    entries = set()
+    for block in re.findall(r'```\{toctree\}\n(.*?)```', open(path).read(), re.S):
+        for line in block.splitlines():
+            line = line.strip()
+            if line and not line.startswith(':'):
+                name = re.sub(r'^.*<(.+)>$', r'\1', line)  # "Title <page>"
+                entries.add(osp.normpath(osp.join(osp.dirname(path), name + '.md')))
+    return entries
+
+
+def test_every_page_is_in_the_sites_table_of_contents():
+    """docs/index.md's toctrees (and those of the pages they list) reach every page of DOCS,
+    and list only pages that exist: the site has no orphan page and no dead entry."""
+    reached, todo = set(), [osp.join(ROOT, 'docs', 'index.md')]
+    while todo:
+        page = todo.pop()
+        reached.add(page)
+        for entry in toctree_entries(page):
+            assert osp.isfile(entry), f'{osp.relpath(page, ROOT)} lists missing {entry}'
+            if entry not in reached:
+                todo.append(entry)
+    assert set(DOCS) - reached == set()
 
 
 def test_every_test_the_docs_name_exists():
