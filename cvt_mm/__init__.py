@@ -16,7 +16,16 @@ Where MMEngine is installed it also
 Nothing else. Our tools also call :func:`setup_process` (atomic checkpoint writes, cached and
 verified downloads, MMPretrain's inferencers in their own scope; :mod:`cvt_mm.integration`);
 call it too when you build a ``Runner`` yourself and want the same. Checkpoint I/O (reading,
-downloading, published weights, layouts, loading) is :mod:`cvt_mm.checkpoint`.
+downloading, published weights, layouts, loading) is :mod:`cvt_mm.checkpoint`; what the tools
+call on a config's whole model (building, FLOPs, ONNX export) is :mod:`cvt_mm.apis`.
+
+Example: the backbones by name, as a config names them::
+
+    >>> import torch, cvt_mm
+    >>> from mmengine.registry import MODELS
+    >>> backbone = MODELS.build(dict(type='CMT', arch='ti', out_indices=(1, 2, 3)))
+    >>> [tuple(f.shape) for f in backbone(torch.randn(1, 3, 160, 160))]
+    [(1, 92, 20, 20), (1, 184, 10, 10), (1, 368, 5, 5)]
 """
 from ._imports import installed as _installed
 

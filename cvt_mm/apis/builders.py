@@ -6,12 +6,15 @@ model of a config (backbone from random weights, so no checkpoint file is needed
 :func:`synthetic_batch` makes a batch in the form its ``data_preprocessor`` takes from a
 dataloader (uint8 images and data samples with ground truth).
 
-Example::
+Example (from the checkout's root; a detection or segmentation config works the same)::
 
+    >>> import cvt_mm
     >>> from cvt_mm.apis.builders import build_model_from_config, synthetic_batch
-    >>> model = build_model_from_config('configs/mask_rcnn_cvt13_coco.py')
-    >>> batch = synthetic_batch(model, batch_size=2, height=128, width=160)
+    >>> model = build_model_from_config('configs/imagenet_cmt_ti_800e_in1k.py')
+    >>> batch = synthetic_batch(model, batch_size=2, height=64, width=64)
     >>> losses = model.loss(**model.data_preprocessor(batch, training=True))
+    >>> sorted(losses)
+    ['loss']
 """
 from __future__ import annotations
 
@@ -29,7 +32,16 @@ TASKS = ('mmdet', 'mmseg', 'mmpretrain')
 
 
 def load_config(config: Union[str, Config]) -> Config:
-    """A config file of ours, a ``package::path`` config of a toolbox, or a loaded Config."""
+    """A config, loaded.
+
+    Args:
+        config (str | Config): a config file (ours, or a user's inheriting ours), a toolbox's
+            ``package::path`` config (``'mmdet::mask_rcnn/mask-rcnn_r50_fpn_1x_coco.py'``), or
+            a loaded Config, returned as it is.
+
+    Returns:
+        Config: the config.
+    """
     if isinstance(config, Config):
         return config
     if '::' in config:
@@ -39,7 +51,22 @@ def load_config(config: Union[str, Config]) -> Config:
 
 
 def task_of(cfg: Config) -> str:
-    """``'mmdet'``, ``'mmseg'`` or ``'mmpretrain'``: the config's ``default_scope``."""
+    """Which toolbox a config belongs to: its ``default_scope``.
+
+    Args:
+        cfg (Config): a loaded config.
+
+    Returns:
+        str: ``'mmdet'``, ``'mmseg'`` or ``'mmpretrain'``.
+
+    Raises:
+        ValueError: another ``default_scope``, naming the allowed ones.
+
+    Example::
+
+        >>> task_of(load_config('configs/upernet_cvt13_ade20k.py'))
+        'mmseg'
+    """
     scope = cfg.get('default_scope')
     if scope not in TASKS:
         raise ValueError(f'default_scope={scope!r} is not supported; allowed: '
@@ -57,6 +84,14 @@ def model_config(config: Union[str, Config], random_init: bool = True) -> Config
         config (str | Config): config file, ``mmdet::...`` path or a loaded Config.
         random_init (bool): drop the backbone's ``init_cfg`` (and MMSegmentation's
             ``pretrained``), so no checkpoint file is read. Defaults to True.
+
+    Returns:
+        ConfigDict: the model dict, a copy.
+
+    Example::
+
+        >>> model_config('configs/mask_rcnn_cvt13_coco.py').backbone.type
+        'CvT'
     """
     cfg = load_config(config)
     model_cfg = copy.deepcopy(cfg.model)
@@ -79,6 +114,14 @@ def build_model_from_config(config: Union[str, Config], device: str = 'cpu',
         device (str): where to put the model. Defaults to ``'cpu'``.
         random_init (bool): drop the backbone's ``init_cfg`` (and MMSegmentation's
             ``pretrained``), so no checkpoint file is read. Defaults to True.
+
+    Returns:
+        torch.nn.Module: the model, as ``tools/train.py`` would build it.
+
+    Raises:
+        ValueError: the config's ``default_scope`` is no toolbox's (:func:`task_of`).
+
+    Example: the module's.
     """
     cfg = load_config(config)
     scope = task_of(cfg)
@@ -173,6 +216,15 @@ def synthetic_batch(model, batch_size: int, height: int, width: int, seed: int =
         num_objects (int): boxes per detection image. Defaults to 3.
         task (str, optional): ``'mmdet'``, ``'mmseg'`` or ``'mmpretrain'``; by default taken
             from the model's class (its toolbox).
+
+    Returns:
+        dict: ``inputs`` (a list of uint8 CHW tensors) and ``data_samples`` (the toolbox's
+        data samples with ground truth), for ``model.data_preprocessor``.
+
+    Raises:
+        ValueError: the task cannot be told from the model and ``task`` is not given.
+
+    Example: the module's.
     """
     task = task or type(model).__module__.split('.')[0]
     if task not in TASKS:

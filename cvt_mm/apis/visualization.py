@@ -24,10 +24,17 @@ def predict_upsampled(model, data: dict, factor: int = 1):
     Returns:
         DetDataSample: the prediction, with ``ori_shape`` the upsampled size.
 
-    Example::
+    Raises:
+        ValueError: ``factor`` is not an integer >= 1.
 
-        >>> data = Compose(get_test_pipeline_cfg(model.cfg))(dict(img_path='a.jpg', img_id=0))
-        >>> result = predict_upsampled(model, data, factor=3)
+    Example (``tools/analysis_tools/prediction_grid.py`` runs this on a trained detector;
+    ``model`` from ``mmdet.apis.init_detector``)::
+
+        from mmcv.transforms import Compose
+        from mmdet.utils import get_test_pipeline_cfg
+
+        pipeline = Compose(get_test_pipeline_cfg(model.cfg))
+        result = predict_upsampled(model, pipeline(dict(img_path='a.jpg', img_id=0)), factor=3)
     """
     if not isinstance(factor, int) or factor < 1:
         raise ValueError(f'factor must be an integer >= 1, got {factor!r}')
@@ -41,8 +48,24 @@ def predict_upsampled(model, data: dict, factor: int = 1):
 
 
 def best_predictions(instances, score_thr: float, max_count: int):
-    """The at most ``max_count`` best of ``instances`` scoring ``score_thr`` or more, best
-    first."""
+    """The best predictions, best first: at most ``max_count`` of those scoring ``score_thr``
+    or more.
+
+    Args:
+        instances (InstanceData): predictions with ``scores`` (``pred_instances``).
+        score_thr (float): the lowest score kept.
+        max_count (int): how many at most.
+
+    Returns:
+        InstanceData: the kept predictions, by descending score.
+
+    Example::
+
+        >>> from mmengine.structures import InstanceData
+        >>> best_predictions(InstanceData(scores=torch.tensor([0.3, 0.9, 0.6, 0.8])),
+        ...                  score_thr=0.5, max_count=2).scores
+        tensor([0.9000, 0.8000])
+    """
     instances = instances[instances.scores >= score_thr]
     return instances[instances.scores.argsort(descending=True)[:max_count]]
 
@@ -54,8 +77,12 @@ def enlarge_labels(visualizer, factor: float) -> None:
     size: once a grid of upsampled images is shrunk to fit a page, that is unreadable.
 
     Args:
-        visualizer: an MMEngine ``Visualizer`` (e.g. ``DetLocalVisualizer``).
+        visualizer: an MMEngine ``Visualizer`` (e.g. ``DetLocalVisualizer``); its
+            ``draw_texts`` is wrapped in place.
         factor (float): the font size multiplier, > 0.
+
+    Raises:
+        ValueError: ``factor`` is not > 0.
     """
     if factor <= 0:
         raise ValueError(f'factor must be > 0, got {factor}')

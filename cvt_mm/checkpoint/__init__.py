@@ -12,10 +12,20 @@
 Each backbone family's layouts and key-renaming rules live in its file
 (``cvt_mm/models/cvt.py``, ``cmt.py``).
 
-Example::
+Reading is safe on every supported torch (no pickled code runs), paths and ``https://`` URLs
+alike; a file that is no checkpoint, or another architecture's, is refused with a
+:class:`CheckpointError` that says which and what to do.
 
-    >>> from cvt_mm.checkpoint import load_pretrained, read_checkpoint
-    >>> ckpt = read_checkpoint('checkpoints/cmt_small.pth', 'cmt')
+Example: a CMT-Ti checkpoint into the backbone (the official layout loads the same way)::
+
+    >>> import logging, torch
+    >>> from cvt_mm.checkpoint import detect_format, load_pretrained, read_checkpoint
+    >>> from cvt_mm.models import CMT, CMTModel
+    >>> torch.save({'model': CMTModel('ti').state_dict()}, 'cmt_tiny.pth')
+    >>> backbone = CMT(arch='ti')
+    >>> load_pretrained(backbone, 'cmt_tiny.pth', 'cmt', logger=logging.getLogger('my_run'))
+    >>> detect_format(read_checkpoint('cmt_tiny.pth')['model']).name
+    'cmt-ours'
 """
 from .convert import convert_checkpoint
 from .formats import (

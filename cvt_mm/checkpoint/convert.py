@@ -29,17 +29,40 @@ __all__ = ['convert_checkpoint', 'main']
 
 def convert_checkpoint(src: str, dst: str, family: Optional[str] = None,
                        prefix: Optional[str] = None, add_prefix: str = '') -> dict:
-    """Rewrite any known layout in ``src`` as a clean backbone checkpoint in our layout.
+    r"""Rewrite any known layout in ``src`` as a clean backbone checkpoint in our layout.
 
-    Other modules' keys (neck, heads), optimizer state and message hub are dropped. ``dst`` is a
-    ``.pth`` holding ``{'state_dict': ..., 'meta': ...}`` or a ``.safetensors`` file, written
-    whole or not at all; ``add_prefix`` (e.g. ``'backbone.'``) nests the keys under a prefix.
-    Returns the ``meta`` written.
+    Other modules' keys (neck, heads), optimizer state and message hub are dropped; the
+    output is written whole or not at all.
 
-    Example::
+    Args:
+        src (str): the checkpoint (file or URL): any layout the families registered, bare or
+            inside an MMEngine classifier, detector or segmentor checkpoint.
+        dst (str): a ``.pth`` (then holding ``{'state_dict': ..., 'meta': ...}``) or a
+            ``.safetensors`` file; must not be ``src``.
+        family (str, optional): ``'cvt'`` or ``'cmt'``. Default None: recognised from the keys.
+        prefix (str, optional): take only the keys under it (``'backbone.'``). Default None:
+            ``module.``/``backbone.`` stripped when present.
+        add_prefix (str): nest the output's keys under it (``'backbone.'``, ending with ``.``).
+            Default ``''``.
 
-        >>> convert_checkpoint('checkpoints/cmt_small.pth', 'checkpoints/cmt_s_ours.pth')['family']
-        'cmt'
+    Returns:
+        dict: the ``meta`` written: family, source, source format, dropped keys, tensors.
+
+    Raises:
+        ValueError: ``dst`` is ``src``, cannot be written, or ``add_prefix`` lacks its ``.``.
+        CheckpointError: ``src`` is no known layout (naming the known ones).
+
+    Example: the official CvT layout inside a detector's checkpoint, out as a backbone
+    checkpoint that ``init_cfg=dict(type='Pretrained', checkpoint='cvt13_ours.pth')`` loads::
+
+        >>> import re
+        >>> from cvt_mm.models import CvTModel
+        >>> sd = {re.sub(r'^stages\.(\d+)', r'backbone.stage\1', k): v
+        ...       for k, v in CvTModel('13').state_dict().items()}
+        >>> torch.save({'state_dict': sd, 'meta': {}}, 'mask_rcnn.pth')
+        >>> meta = convert_checkpoint('mask_rcnn.pth', 'cvt13_ours.pth')
+        >>> meta['family'], meta['source_format']
+        ('cvt', 'cvt-official')
     """
     import io
     if os.path.abspath(src) == os.path.abspath(dst):

@@ -1,13 +1,21 @@
-"""Checkpoint layouts, recognised by their keys: the registry each backbone family adds its
+r"""Checkpoint layouts, recognised by their keys: the registry each backbone family adds its
 layouts to (CvT's and CMT's rules live in the backbones' files, ``cvt_mm/models/cvt.py`` and
 ``cmt.py``), and the unwrapping of MMEngine/DDP containers around a backbone's weights.
 
-Example::
+Example: an MMEngine checkpoint of a detector whose backbone has the official CvT keys
+(``stage0.`` where ours say ``stages.0.``)::
 
-    >>> sd, dropped = extract_state_dict(read_checkpoint('cmt_small.pth'))
-    >>> ours, layout = convert_state_dict(sd, 'cmt')
-    >>> layout
-    'cmt-official'
+    >>> import re
+    >>> from cvt_mm.checkpoint import convert_state_dict, extract_state_dict
+    >>> from cvt_mm.models import CvTModel
+    >>> ours = CvTModel('13', num_classes=0).state_dict()
+    >>> official = {re.sub(r'^stages\.(\d+)\.', r'stage\1.', k): v for k, v in ours.items()}
+    >>> ckpt = {'meta': {}, 'state_dict': {**{'backbone.' + k: v for k, v in official.items()},
+    ...                                    'neck.conv.weight': torch.zeros(1)}}
+    >>> sd, dropped = extract_state_dict(ckpt)
+    >>> converted, layout = convert_state_dict(sd, 'cvt')
+    >>> layout, dropped, sorted(converted) == sorted(ours)
+    ('cvt-official', 1, True)
 """
 from __future__ import annotations
 
@@ -33,10 +41,16 @@ _WRAPPER_PREFIXES = ('module.', 'backbone.')
 
 @dataclass(frozen=True)
 class WeightFormat:
-    """One on-disk layout of one backbone family.
+    """One on-disk layout of one backbone family, as :func:`register_format` records it.
 
-    ``matches(keys)`` recognises the layout from the set of keys; ``to_ours(state_dict)``
-    renames (and if needed reshapes) it into this project's layout.
+    Attributes:
+        name (str): the layout's name, e.g. ``'cvt-official'``, ``'cmt-ours'``.
+        family (str): the backbone family, ``'cvt'`` or ``'cmt'``.
+        matches (Callable[[set], bool]): recognises the layout from a state dict's set of keys
+            (:func:`has_key_matching` makes one).
+        to_ours (Callable[[dict], dict]): renames (and if needed reshapes) such a state dict
+            into this project's layout (:func:`regex_rename` helps).
+        description (str): where such files come from. Default ``''``.
     """
     name: str
     family: str
@@ -49,11 +63,34 @@ _FORMATS: List[WeightFormat] = []
 
 
 def register_format(fmt: WeightFormat) -> WeightFormat:
+    """Add a layout to those :func:`detect_format` recognises, after the ones before it (the
+    first that matches wins). The families register theirs when ``cvt_mm.models`` is imported.
+
+    Args:
+        fmt (WeightFormat): the layout.
+
+    Returns:
+        WeightFormat: ``fmt``.
+    """
     _FORMATS.append(fmt)
     return fmt
 
 
 def known_formats(family: Optional[str] = None) -> List[WeightFormat]:
+    """The registered layouts, in the order they are tried.
+
+    Args:
+        family (str, optional): only this family's (``'cvt'``, ``'cmt'``). Default None: all.
+
+    Returns:
+        list[WeightFormat]: the layouts.
+
+    Example::
+
+        >>> import cvt_mm.models  # registers the families' layouts
+        >>> [f.name for f in known_formats('cmt')]
+        ['cmt-official', 'cmt-ours']
+    """
     return [f for f in _FORMATS if family is None or f.family == family]
 
 
@@ -77,11 +114,23 @@ def regex_rename(sd: StateDict, rules: List[Tuple[str, str]]) -> StateDict:
 
 
 def extract_state_dict(ckpt: dict, prefix: Optional[str] = None) -> Tuple[StateDict, int]:
-    """Unwrap containers and wrapper prefixes; return the tensors and how many keys were
-    dropped because they belong to other parts of a wrapping model (neck, heads, ...).
+    """Unwrap containers and wrapper prefixes: a backbone's tensors out of an MMEngine, DDP or
+    plain checkpoint (the module's example shows one).
 
-    ``prefix`` (as in MMEngine's ``Pretrained`` init) selects the keys under it explicitly;
-    without it ``module.`` and ``backbone.`` are stripped when present.
+    Args:
+        ckpt (dict): the loaded checkpoint. Its weights are looked for under ``state_dict``,
+            ``model``, ``module``, ``model_state`` or at the top level.
+        prefix (str, optional): keep the keys under this prefix only and strip it (as
+            MMEngine's ``Pretrained`` init's ``prefix``, e.g. ``'backbone.'``). Default None:
+            ``module.`` and ``backbone.`` are stripped when present.
+
+    Returns:
+        tuple[dict, int]: the tensors by key, and how many keys were dropped because they
+        belong to other parts of a wrapping model (neck, heads, ...).
+
+    Raises:
+        CheckpointError: ``ckpt`` is no dict, holds no tensors, or no key starts with
+            ``prefix``.
     """
     if not isinstance(ckpt, dict):
         raise CheckpointError(f'a checkpoint must hold a dict, got {type(ckpt).__name__}')
@@ -109,7 +158,30 @@ def extract_state_dict(ckpt: dict, prefix: Optional[str] = None) -> Tuple[StateD
 
 
 def detect_format(sd: StateDict, family: Optional[str] = None) -> WeightFormat:
-    """The layout of ``sd`` among ``family``'s (or every family's, when ``None``)."""
+    """The layout of a state dict, recognised by its keys.
+
+    Args:
+        sd (dict): the tensors by key (after :func:`extract_state_dict`).
+        family (str, optional): look among this family's layouts only (``'cvt'``,
+            ``'cmt'``). Default None: every family's.
+
+    Returns:
+        WeightFormat: the first registered layout that matches.
+
+    Raises:
+        CheckpointError: no layout matches (naming the known ones and the first keys), or
+            the keys are another family's (naming it).
+
+    Example::
+
+        >>> from cvt_mm.models import CMTModel
+        >>> detect_format(CMTModel('ti').state_dict()).name
+        'cmt-ours'
+        >>> detect_format(CMTModel('ti').state_dict(), 'cvt')
+        Traceback (most recent call last):
+        ...
+        cvt_mm.checkpoint.io.CheckpointError: the checkpoint is a cmt checkpoint ...not a cvt one...
+    """
     keys = set(sd)
     candidates = known_formats(family)
     for fmt in candidates:
@@ -127,11 +199,22 @@ def detect_format(sd: StateDict, family: Optional[str] = None) -> WeightFormat:
 
 
 def convert_state_dict(sd: StateDict, family: Optional[str] = None) -> Tuple[StateDict, str]:
-    """Rename any known layout of ``family`` (any family when ``None``) into ours; returns
-    (state_dict, format name)."""
+    """A state dict of any known layout renamed into ours.
+
+    Args:
+        sd (dict): the tensors by key (after :func:`extract_state_dict`).
+        family (str, optional): ``'cvt'`` or ``'cmt'``. Default None: any family.
+
+    Returns:
+        tuple[dict, str]: the state dict in our layout, and the name of the layout it had.
+
+    Raises:
+        CheckpointError: as :func:`detect_format`.
+    """
     fmt = detect_format(sd, family)
     return fmt.to_ours(sd), fmt.name
 
 
 def format_family(name: str) -> str:
+    """The family (``'cvt'``, ``'cmt'``) of the registered layout called ``name``."""
     return next(f.family for f in _FORMATS if f.name == name)

@@ -19,13 +19,14 @@ The pieces were kept hand-written after comparing ``torch.hub.download_url_to_fi
 no timeout (a stalled connection waits forever) and does not fsync the file before the
 rename; :mod:`filelock` and :mod:`tqdm` are used as they are.
 
-Example::
+Example (downloaded the first time, reused afterwards; :func:`cached_download` has one that
+runs offline)::
 
-    >>> from cvt_mm.checkpoint.hub import cached_download
-    >>> path = cached_download(
-    ...     'https://github.com/ggjy/CMT.pytorch/releases/download/release-v1/cmt_small.pth')
-    >>> path  # downloaded the first time, reused afterwards
-    '/home/me/.cache/torch/hub/checkpoints/cmt_small.pth'
+    from cvt_mm.checkpoint.hub import cached_download
+
+    path = cached_download(
+        'https://github.com/ggjy/CMT.pytorch/releases/download/release-v1/cmt_small.pth')
+    # '~/.cache/torch/hub/checkpoints/cmt_small.pth'
 """
 from __future__ import annotations
 
@@ -57,7 +58,13 @@ class DownloadError(CheckpointError):
 
 
 def is_url(path) -> bool:
-    """Whether ``path`` is an ``http://`` or ``https://`` URL (the schemes downloaded here)."""
+    """Whether ``path`` is an ``http://`` or ``https://`` URL (the schemes downloaded here).
+
+    Example::
+
+        >>> is_url('HTTPS://example.org/w.pth'), is_url('checkpoints/w.pth')
+        (True, False)
+    """
     return isinstance(path, str) and path[:8].lower().startswith(URL_SCHEMES)
 
 
@@ -192,11 +199,10 @@ def download(url: str, dst: str, sha256: Optional[str] = None,
             SHA-256 mismatch (expected vs received) or a file that cannot be written. Nothing
             is left under ``dst`` nor any ``.part`` file.
 
-    Example::
+    Example (:func:`cached_download` calls it; it needs the network)::
 
-        >>> download('https://example.org/cmt_small.pth', 'checkpoints/cmt_small.pth',
-        ...          sha256=None, progress=False)
-        'checkpoints/cmt_small.pth'
+        download('https://example.org/cmt_small.pth', 'checkpoints/cmt_small.pth',
+                 sha256=None, progress=False)
     """
     if not is_url(url):
         raise DownloadError(f'cannot download {url!r}: only http:// and https:// URLs are '
@@ -306,11 +312,23 @@ def cached_download(url: str, sha256: Optional[str] = None, file_name: Optional[
         DownloadError: see :func:`download`; also a cached file whose SHA-256 is not the
             expected one (it was put there by something else: delete it to download again).
 
-    Example::
+    Returns:
+        str: the cached file's path (``~/.cache/torch/hub/checkpoints/...`` by default).
 
-        >>> cached_download('https://huggingface.co/microsoft/cvt-13/resolve/main/'
-        ...                 'pytorch_model.bin', progress=False)
-        '/home/me/.cache/torch/hub/checkpoints/microsoft--cvt-13--pytorch_model.bin'
+    Example: a file already in the cache is not downloaded again, and checked when its
+    SHA-256 is given::
+
+        >>> import hashlib, os
+        >>> os.makedirs('hub', exist_ok=True)
+        >>> with open('hub/weights.pth', 'wb') as f:
+        ...     _ = f.write(b'weights')
+        >>> url = 'https://example.org/releases/weights.pth'
+        >>> cached_download(url, folder='hub', sha256=hashlib.sha256(b'weights').hexdigest())
+        'hub/weights.pth'
+        >>> cached_download(url, folder='hub', sha256='0' * 64)
+        Traceback (most recent call last):
+        ...
+        cvt_mm.checkpoint.hub.DownloadError: the cached copy of ...hub/weights.pth has SHA-256 ...
     """
     if not is_url(url):
         raise DownloadError(f'cannot download {url!r}: only http:// and https:// URLs are '

@@ -10,8 +10,12 @@ or not at all. It knows nothing of URLs, formats or published weights (the layer
 
 Example::
 
-    >>> write_atomically(b'...', 'checkpoints/x.pth')
-    >>> read_local('checkpoints/x.pth', hint='Published at https://...')
+    >>> import io, torch
+    >>> buffer = io.BytesIO()
+    >>> torch.save({'w': torch.ones(2)}, buffer)
+    >>> write_atomically(buffer.getvalue(), 'checkpoints/w.pth')
+    >>> read_local('checkpoints/w.pth')['w']
+    tensor([1., 1.])
 """
 from __future__ import annotations
 
@@ -40,8 +44,23 @@ _PICKLE_PROTOCOL_BYTE = 0x80  # torch.save's legacy format: a pickle stream
 
 
 def sniff_file(path: str) -> str:
-    """What a file holds, from its first bytes: ``'empty'``, ``'html'``, ``'zip'``,
-    ``'pickle'``, ``'safetensors'`` or ``'unknown'``."""
+    """What a file holds, from its first kilobyte (nothing is unpickled).
+
+    Args:
+        path (str): the file.
+
+    Returns:
+        str: ``'empty'``, ``'html'`` (an error or login page saved instead of the weights),
+        ``'zip'`` (``torch.save``'s format), ``'pickle'`` (its legacy format),
+        ``'safetensors'`` or ``'unknown'``.
+
+    Example::
+
+        >>> import torch
+        >>> torch.save({'w': torch.zeros(2)}, 'w.pth')
+        >>> sniff_file('w.pth')
+        'zip'
+    """
     with open(path, 'rb') as f:
         head = f.read(1024)
     if not head:
@@ -129,9 +148,22 @@ def read_local(path: str, hint: str = '', mmap: bool = True) -> dict:
         hint (str): text added to the errors. Defaults to ``''``.
         mmap (bool): memory-map a zip file. Defaults to True.
 
+    Returns:
+        dict: what the file holds (for a ``.safetensors`` file, its tensors by key).
+
+    Raises:
+        CheckpointError: the file is missing or no readable weight file, naming why.
+
     Example::
 
-        >>> sd = read_local('work_dirs/run/epoch_12.pth')['state_dict']
+        >>> import torch
+        >>> torch.save({'state_dict': {'w': torch.ones(2)}, 'meta': {'epoch': 12}}, 'e.pth')
+        >>> read_local('e.pth')['meta']
+        {'epoch': 12}
+        >>> read_local('missing.pth', hint='Run the download tool first.')
+        Traceback (most recent call last):
+        ...
+        cvt_mm.checkpoint.io.CheckpointError: ...Run the download tool first.
     """
     if not isinstance(path, (str, os.PathLike)):
         raise CheckpointError(f'checkpoint must be a file path, got {type(path).__name__}')
@@ -204,10 +236,22 @@ def remove_stale_parts(folder: str) -> list:
 
 def write_atomically(data: Union[bytes, str], filepath: Union[str, Path],
                      encoding: str = 'utf-8') -> None:
-    """Write ``data`` to ``filepath`` through a temporary file in the same folder and a rename;
-    the folder is created if needed. The temporary file's name holds the writer's pid and
-    host, so that the next write into the folder removes those of killed writers
-    (:func:`remove_stale_parts`)."""
+    """Write a file completely or not at all: through a temporary file in the same folder and
+    a rename, so a reader (or a resumed run) never sees half of it. The folder is created if
+    needed. The temporary file's name holds the writer's pid and host, so that the next write
+    into the folder removes those of killed writers (:func:`remove_stale_parts`).
+
+    Args:
+        data (bytes | str): the content.
+        filepath (str | Path): where it goes; replaced if it exists.
+        encoding (str): how a ``str`` is encoded. Default ``'utf-8'``.
+
+    Example::
+
+        >>> write_atomically('{"epoch": 3}', 'run/last.json')
+        >>> open('run/last.json').read()
+        '{"epoch": 3}'
+    """
     filepath = os.fspath(filepath)
     folder = osp.dirname(osp.abspath(filepath))
     os.makedirs(folder, exist_ok=True)

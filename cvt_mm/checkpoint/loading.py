@@ -17,10 +17,13 @@ read), so a wrong file fails the same way through ``timm.create_model``.
 Messages go to MMEngine's current logger when the process uses MMEngine, else to the
 ``cvt_mm`` logger of Python's ``logging``.
 
-Example::
+Example (after ``python tools/misc/download_checkpoints.py cmt-small``;
+:func:`load_pretrained` has one that runs without the file)::
 
-    >>> model = CMT(arch='s', num_classes=0)
-    >>> load_pretrained(model, 'checkpoints/cmt_small.pth', family='cmt')
+    from cvt_mm.models import CMT
+
+    model = CMT(arch='s', num_classes=0)
+    load_pretrained(model, 'checkpoints/cmt_small.pth', family='cmt')
 """
 from __future__ import annotations
 
@@ -59,14 +62,30 @@ def read_checkpoint(path: str, family: Optional[str] = None) -> dict:
     it (:mod:`.hub`), then read like a local file. A path that is not a readable weight file
     (missing, another kind of URL, a directory, empty, an HTML page, truncated, carrying
     pickled objects) raises :class:`~.io.CheckpointError` saying which of these it is and what
-    to do; a failed download raises its subclass :class:`~.hub.DownloadError`. ``family``
-    (``'cvt'``, ``'cmt'``) adds where that family's weights are published.
+    to do; a failed download raises its subclass :class:`~.hub.DownloadError`.
+
+    Args:
+        path (str): a file or an ``http(s)://`` URL.
+        family (str, optional): ``'cvt'`` or ``'cmt'``: the errors then say where that
+            family's weights are published. Default None.
+
+    Returns:
+        dict: what the file holds, as ``torch.load`` would give it.
+
+    Raises:
+        CheckpointError: not a readable weight file, naming why.
+        DownloadError: a URL that could not be downloaded or failed its check.
 
     Example::
 
-        >>> ckpt = read_checkpoint('checkpoints/cmt_small.pth', 'cmt')
-        >>> ckpt = read_checkpoint('https://github.com/ggjy/CMT.pytorch/releases/download/'
-        ...                        'release-v1/cmt_small.pth', 'cmt')  # cached after the first
+        >>> from cvt_mm.models import CMTModel
+        >>> torch.save({'model': CMTModel('ti').state_dict()}, 'cmt_tiny.pth')
+        >>> len(read_checkpoint('cmt_tiny.pth', 'cmt')['model'])
+        708
+        >>> read_checkpoint('cmt_small.pth', 'cmt')
+        Traceback (most recent call last):
+        ...
+        cvt_mm.checkpoint.io.CheckpointError: ...tools/misc/download_checkpoints.py cmt-small...
     """
     if isinstance(path, str) and is_url(path):
         entry = published_for_url(path)
@@ -87,10 +106,18 @@ def load_from_http(filename: str, map_location=None) -> dict:
     loaded on the CPU; ``map_location`` is accepted for MMEngine's signature (loading into
     the model copies them to its device).
 
-    Example::
+    Args:
+        filename (str): the URL.
+        map_location: ignored (the tensors stay on the CPU).
 
-        >>> from mmengine.runner import load_checkpoint
-        >>> load_checkpoint(model, 'https://example.org/epoch_12.pth')  # comes here
+    Returns:
+        dict: the checkpoint, as :func:`read_checkpoint` reads it.
+
+    Example (once :func:`cvt_mm.setup_process` ran)::
+
+        from mmengine.runner import load_checkpoint
+
+        load_checkpoint(model, 'https://example.org/epoch_12.pth')  # comes here
     """
     return read_checkpoint(filename)
 
@@ -103,9 +130,16 @@ def load_from_local(filename: str, map_location=None) -> dict:
     was ``weights_only=False``), and OneDL's MMEngine falls back to that when safe loading
     fails; this one never does (:func:`cvt_mm.compat.safe_load`).
 
-    Example::
+    Args:
+        filename (str): the file (``~`` expanded).
+        map_location: ignored (the tensors stay on the CPU).
 
-        >>> runner.resume('work_dirs/run/iter_8.pth')  # comes here under our tools
+    Returns:
+        dict: the checkpoint, as :func:`~.io.read_local` reads it.
+
+    Example (once :func:`cvt_mm.setup_process` ran, as in our tools)::
+
+        runner.resume('work_dirs/run/iter_8.pth')  # comes here
     """
     return read_local(os.path.expanduser(filename), mmap=False)
 
@@ -117,8 +151,23 @@ _OPTIONAL_PREFIXES = ('out_norms.', )
 
 
 def arch_of(sd: StateDict, arch_zoo: Dict[str, dict], family: str) -> str:
-    """Name the architecture a state dict in our layout looks like: ``'CvT-13'``, or
-    ``'a custom arch (depths [...], embed_dims [...])'`` when no zoo entry matches."""
+    """Name the architecture a state dict in our layout looks like, for error messages.
+
+    Args:
+        sd (dict): tensors in our layout.
+        arch_zoo (dict): the family's published variants (``CvTModel.arch_zoo``).
+        family (str): ``'cvt'`` or ``'cmt'``.
+
+    Returns:
+        str: ``'CvT-13'``, or ``'a custom CvT arch (depths [...], embed_dims [...])'`` when no
+        variant matches.
+
+    Example::
+
+        >>> from cvt_mm.models import CvTModel
+        >>> arch_of(CvTModel('21').state_dict(), CvTModel.arch_zoo, 'cvt')
+        'CvT-21'
+    """
     depths: Dict[int, int] = {}
     dims: Dict[int, int] = {}
     for key, value in sd.items():
@@ -217,8 +266,43 @@ def load_pretrained(model: torch.nn.Module, path: str, family: str,
                     prefix: Optional[str] = None,
                     head_prefixes: Tuple[str, ...] = ('head.', ),
                     allow_partial: bool = False, logger=None) -> None:
-    """Load any known layout of ``family`` from ``path`` into ``model`` (see module doc and
-    :func:`fit_state_dict`)."""
+    """Load a backbone's weights, in any known layout of its family, from a file or URL: what
+    ``init_cfg=dict(type='Pretrained', checkpoint=...)`` does for our backbones.
+
+    The checkpoint is unwrapped (:func:`~.formats.extract_state_dict`), renamed into our layout
+    (:func:`~.formats.convert_state_dict`) and fitted to the model (:func:`fit_state_dict`:
+    CMT's position biases resampled to the model's input size; a classifier head of another
+    shape or absent left as it is); what is missing or unused is logged.
+
+    Args:
+        model (torch.nn.Module): a :class:`~cvt_mm.models.CvT`, :class:`~cvt_mm.models.CMT`
+            or their models.
+        path (str): a file or an ``http(s)://`` URL (:func:`read_checkpoint`).
+        family (str): ``'cvt'`` or ``'cmt'``.
+        prefix (str, optional): load only the keys under it (``'backbone.'`` of a detector's
+            checkpoint). Default None: ``module.``/``backbone.`` stripped when present.
+        head_prefixes (tuple[str]): the classifier's keys, which may be absent or of another
+            shape. Default ``('head.',)``.
+        allow_partial (bool): accept a checkpoint that covers only part of the model. Default
+            False: a checkpoint of another architecture raises.
+        logger (logging.Logger, optional): where to log. Default None: MMEngine's current
+            logger, else the ``cvt_mm`` logger.
+
+    Raises:
+        CheckpointError: not a weight file, another family's or architecture's weights.
+
+    Example::
+
+        >>> from cvt_mm.models import CvT, CvTModel
+        >>> torch.save({'state_dict': CvTModel('13').state_dict()}, 'cvt13.pth')
+        >>> import logging
+        >>> backbone = CvT(arch='13')
+        >>> load_pretrained(backbone, 'cvt13.pth', 'cvt', logger=logging.getLogger('my_run'))
+        >>> load_pretrained(CvT(arch='21'), 'cvt13.pth', 'cvt')
+        Traceback (most recent call last):
+        ...
+        cvt_mm.checkpoint.io.CheckpointError: ...CvT-13...CvT-21...
+    """
     sd, layout = convert_for(model, read_checkpoint(path, family), family, path, prefix)
     sd = fit_state_dict(model, sd, family, path, layout, head_prefixes, allow_partial,
                         logger=logger)
@@ -242,6 +326,27 @@ def checkpoint_misfit(model: torch.nn.Module, path: str) -> Optional[str]:
     segmentor or classifier), or ``None`` when every parameter and buffer is in it with the
     model's shape. For tools that load a trained model (``tools/test.py``, the image demo),
     where MMEngine's non-strict loading would otherwise evaluate a partly random model.
+
+    Args:
+        model (torch.nn.Module): the whole model.
+        path (str): the checkpoint (file or URL).
+
+    Returns:
+        str | None: what does not fit, with a hint (a backbone-only file, another number of
+        classes), or None.
+
+    Example::
+
+        >>> from cvt_mm.models import CvTModel
+        >>> model = CvTModel('13', num_classes=10)
+        >>> torch.save({'state_dict': model.state_dict()}, 'cls10.pth')
+        >>> checkpoint_misfit(model, 'cls10.pth') is None
+        True
+        >>> print(checkpoint_misfit(CvTModel('13', num_classes=5), 'cls10.pth'))
+        cls10.pth does not fit the model: 2 have another shape (head.bias: checkpoint (10,)
+        vs model (5,), head.weight: checkpoint (10, 384) vs model (5, 384)). A head of another
+        shape usually means another number of classes: use the config the checkpoint was
+        trained with.
     """
     ckpt = read_checkpoint(path)
     sd = ckpt.get('state_dict', ckpt) if isinstance(ckpt, dict) else {}

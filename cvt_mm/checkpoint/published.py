@@ -105,26 +105,71 @@ DOWNLOAD_TOOL = 'tools/misc/download_checkpoints.py'
 
 
 def published(family: Optional[str] = None) -> List[PublishedCheckpoint]:
-    """The rows of :data:`PUBLISHED` of ``family`` (all when ``None``)."""
+    """The published checkpoints of a family.
+
+    Args:
+        family (str, optional): ``'cvt'`` or ``'cmt'``. Default None: all of :data:`PUBLISHED`.
+
+    Returns:
+        list[PublishedCheckpoint]: the rows, in :data:`PUBLISHED`'s order.
+
+    Example::
+
+        >>> [p.name for p in published('cmt')]
+        ['cmt-tiny', 'cmt-xs', 'cmt-small', 'cmt-base']
+    """
     return [p for p in PUBLISHED if family is None or p.family == family]
 
 
 def published_by_name(name: str) -> Optional[PublishedCheckpoint]:
-    """The row called ``name`` (``'cvt-13'``) or published as file ``name``
-    (``'cmt_small.pth'``), case-insensitively; ``None`` when there is none."""
+    """A published checkpoint by its name or file name, case-insensitively.
+
+    Args:
+        name (str): ``'cvt-13'`` (as ``tools/misc/download_checkpoints.py`` takes it) or the
+            file's name (``'cmt_small.pth'``).
+
+    Returns:
+        PublishedCheckpoint | None: the row, or None when there is none.
+
+    Example::
+
+        >>> published_by_name('CMT_small.pth').name
+        'cmt-small'
+    """
     name = name.lower()
     return next((p for p in PUBLISHED if name in (p.name, p.filename.lower())), None)
 
 
 def published_for_url(url: str) -> Optional[PublishedCheckpoint]:
-    """The row whose download URL is ``url`` (a query string ignored), or ``None``."""
+    """The published checkpoint at a URL, so a download can be checked against its SHA-256.
+
+    Args:
+        url (str): a download URL; a query string is ignored.
+
+    Returns:
+        PublishedCheckpoint | None: the row whose ``url`` it is, or None.
+
+    Example::
+
+        >>> entry = published_by_name('cmt-small')
+        >>> published_for_url(entry.url + '?download=1') == entry
+        True
+    """
     url = url.split('?', 1)[0]
     return next((p for p in PUBLISHED if p.url == url), None)
 
 
 def download_hint(path: str, family: Optional[str] = None) -> str:
-    """Where to get a missing checkpoint: the row published under the file's name, else the
-    ``family``'s rows; ``''`` when nothing is known.
+    """Where to get a missing checkpoint, for the errors of :func:`~.io.read_local`.
+
+    Args:
+        path (str): the checkpoint path that was not found.
+        family (str, optional): ``'cvt'`` or ``'cmt'``: list that family's checkpoints when
+            the file's name is none of them. Default None.
+
+    Returns:
+        str: the checkpoint published under the file's name, else the family's, with the
+        command that downloads them; ``''`` when nothing is known.
 
     Example::
 

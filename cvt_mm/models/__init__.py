@@ -7,6 +7,15 @@ their registrations, each where the library is installed:
 * transformers' ``AutoConfig`` / ``AutoBackbone`` (:mod:`.huggingface`).
 
 The speed machinery sits one step away, in :mod:`.fast`.
+
+Example: the same CvT-13 as timm's model (logits) and as OpenMMLab's backbone (a pyramid)::
+
+    >>> import torch
+    >>> from cvt_mm.models import CvT, CvTModel
+    >>> CvTModel('13', num_classes=10).eval()(torch.randn(1, 3, 224, 224)).shape
+    torch.Size([1, 10])
+    >>> [tuple(f.shape) for f in CvT(arch='13').eval()(torch.randn(1, 3, 224, 224))]
+    [(1, 64, 56, 56), (1, 192, 28, 28), (1, 384, 14, 14)]
 """
 from .._imports import installed
 from ..compat import huggingface_unavailable

@@ -601,8 +601,8 @@ class CMT(PyramidBackbone, CMTModel):
     ``out_type='logits'``.
 
     Args:
-        arch, num_classes, drop_path_rate, pretrain_img_size, selective_cp, fast_paths,
-            bias_cache_size: as :class:`CMTModel`.
+        arch (str | dict): as :class:`CMTModel`; so are ``num_classes``, ``drop_path_rate``,
+            ``pretrain_img_size``, ``selective_cp``, ``fast_paths`` and ``bias_cache_size``.
         in_channels (int): image channels (the model's ``in_chans``). Default 3.
         out_indices, out_type, out_norm_cfg, frozen_stages, norm_eval, with_cp, init_cfg:
             OpenMMLab's backbone arguments (:class:`~.backbone.PyramidBackbone`); here the
@@ -707,22 +707,43 @@ PRETRAINED_CFGS = {
 
 
 def cmt_ti(pretrained: bool = False, **kwargs) -> CMTModel:
-    """CMT-Ti (9.5 M parameters), ImageNet-1k at 160 (79.0 top-1)."""
+    """CMT-Ti (9.5 M parameters), ImageNet-1k at 160 (79.0 top-1): timm's entry point,
+    ``timm.create_model('cmt_ti')`` once ``cvt_mm`` is imported.
+
+    Args:
+        pretrained (bool): load the published weights (``cmt_ti.in1k``, downloaded once).
+            Default False.
+        **kwargs: timm's (``num_classes``, ``features_only``, ``out_indices``, ...) and
+            :class:`CMTModel`'s arguments.
+
+    Returns:
+        CMTModel: the model (timm's feature wrapper with ``features_only=True``).
+
+    Example::
+
+        >>> import timm
+        >>> model = timm.create_model('cmt_ti', features_only=True).eval()
+        >>> [tuple(f.shape) for f in model(torch.randn(1, 3, 160, 160))]
+        [(1, 46, 40, 40), (1, 92, 20, 20), (1, 184, 10, 10), (1, 368, 5, 5)]
+    """
     return build_timm_model(CMTModel, 'cmt_ti', pretrained, 'ti', NUM_STAGES, **kwargs)
 
 
 def cmt_xs(pretrained: bool = False, **kwargs) -> CMTModel:
-    """CMT-XS (15.2 M parameters), ImageNet-1k at 192 (81.8 top-1)."""
+    """CMT-XS (15.2 M parameters), ImageNet-1k at 192 (81.8 top-1);
+    arguments (``pretrained``, ...) as :func:`cmt_ti`."""
     return build_timm_model(CMTModel, 'cmt_xs', pretrained, 'xs', NUM_STAGES, **kwargs)
 
 
 def cmt_s(pretrained: bool = False, **kwargs) -> CMTModel:
-    """CMT-S (26.3 M parameters), ImageNet-1k at 224 (83.5 top-1)."""
+    """CMT-S (26.3 M parameters), ImageNet-1k at 224 (83.5 top-1);
+    arguments (``pretrained``, ...) as :func:`cmt_ti`."""
     return build_timm_model(CMTModel, 'cmt_s', pretrained, 's', NUM_STAGES, **kwargs)
 
 
 def cmt_b(pretrained: bool = False, **kwargs) -> CMTModel:
-    """CMT-B (45.7 M parameters), ImageNet-1k at 256 (84.5 top-1)."""
+    """CMT-B (45.7 M parameters), ImageNet-1k at 256 (84.5 top-1);
+    arguments (``pretrained``, ...) as :func:`cmt_ti`."""
     return build_timm_model(CMTModel, 'cmt_b', pretrained, 'b', NUM_STAGES, **kwargs)
 
 

@@ -600,17 +600,37 @@ PRETRAINED_CFGS = {
 
 
 def cvt_13(pretrained: bool = False, **kwargs) -> CvTModel:
-    """CvT-13 (20.0 M parameters), ImageNet-1k at 224 (81.6 top-1) or 384 (83.0)."""
+    """CvT-13 (20.0 M parameters), ImageNet-1k at 224 (81.6 top-1) or 384 (83.0): timm's
+    entry point, ``timm.create_model('cvt_13')`` once ``cvt_mm`` is imported.
+
+    Args:
+        pretrained (bool): load the published weights (``cvt_13.in1k``, downloaded once; or
+            ``pretrained_cfg_overlay=dict(file=...)``). Default False.
+        **kwargs: timm's (``num_classes``, ``features_only``, ``out_indices``, ...) and
+            :class:`CvTModel`'s arguments.
+
+    Returns:
+        CvTModel: the model (timm's feature wrapper with ``features_only=True``).
+
+    Example::
+
+        >>> import timm
+        >>> model = timm.create_model('cvt_13', num_classes=10).eval()
+        >>> model(torch.randn(1, 3, 224, 224)).shape
+        torch.Size([1, 10])
+    """
     return build_timm_model(CvTModel, 'cvt_13', pretrained, '13', NUM_STAGES, **kwargs)
 
 
 def cvt_21(pretrained: bool = False, **kwargs) -> CvTModel:
-    """CvT-21 (31.6 M parameters), ImageNet-1k at 224 (82.5 top-1) or 384 (83.3)."""
+    """CvT-21 (31.6 M parameters), ImageNet-1k at 224 (82.5 top-1) or 384 (83.3); arguments
+    (``pretrained``, ...) as :func:`cvt_13`."""
     return build_timm_model(CvTModel, 'cvt_21', pretrained, '21', NUM_STAGES, **kwargs)
 
 
 def cvt_w24(pretrained: bool = False, **kwargs) -> CvTModel:
-    """CvT-W24 (277 M parameters), ImageNet-22k then 1k at 384 (87.6 top-1)."""
+    """CvT-W24 (277 M parameters), ImageNet-22k then 1k at 384 (87.6 top-1); arguments
+    (``pretrained``, ...) as :func:`cvt_13`."""
     return build_timm_model(CvTModel, 'cvt_w24', pretrained, 'w24', NUM_STAGES, **kwargs)
 
 

@@ -24,12 +24,13 @@ the prefix; ``from_pretrained`` adds it. Hugging Face's own ``microsoft/cvt-*`` 
 The export tool also writes this module's code into the folder (:mod:`.remote_code`), so that
 it loads with ``trust_remote_code=True`` where cvt_mm is not installed.
 
-Example::
+Example (a folder of ``tools/misc/export_pretrained.py``; each class below has one that
+runs without it)::
 
-    >>> import cvt_mm  # registers the classes
-    >>> from transformers import AutoModelForImageClassification
-    >>> model = AutoModelForImageClassification.from_pretrained('exported/cvt_13')
-    >>> backbone = CvTBackbone(CvTConfig(out_features=['stem', 'stage2']))
+    import cvt_mm  # registers the classes
+    from transformers import AutoModelForImageClassification
+
+    model = AutoModelForImageClassification.from_pretrained('exported/cvt_13')
 """
 from __future__ import annotations
 
@@ -296,6 +297,9 @@ class CvTBaseModel(_BaseModelMixin, CvTPreTrainedModel):
     16), ``pooler_output`` its normalised cls token, ``hidden_states`` the stem's and every
     stage's map.
 
+    Args:
+        config (CvTConfig): the architecture.
+
     Example::
 
         >>> out = CvTBaseModel(CvTConfig()).eval()(torch.randn(1, 3, 224, 224))
@@ -312,6 +316,9 @@ class CvTForImageClassification(_ClassifierMixin, CvTPreTrainedModel):
     """CvT with its ImageNet head (``AutoModelForImageClassification``): the logits of
     :class:`~.cvt.CvTModel`; ``labels`` give the loss.
 
+    Args:
+        config (CvTConfig): the architecture and ``num_labels``.
+
     Example::
 
         >>> model = CvTForImageClassification(CvTConfig(num_labels=1000)).eval()
@@ -327,6 +334,9 @@ class CvTForImageClassification(_ClassifierMixin, CvTPreTrainedModel):
 class CvTBackbone(_BackboneMixin, CvTPreTrainedModel):
     """CvT as a transformers backbone (``AutoBackbone``): the maps (strides 4, 4, 8, 16) of
     ``config.out_features`` among ``stem``, ``stage1`` ... ``stage3``.
+
+    Args:
+        config (CvTConfig): the architecture and ``out_features`` / ``out_indices``.
 
     Example::
 
@@ -360,6 +370,9 @@ class CMTBaseModel(_BaseModelMixin, CMTPreTrainedModel):
     32), ``pooler_output`` the classification stage's pooled features (1280 wide),
     ``hidden_states`` the stem's and every stage's map.
 
+    Args:
+        config (CMTConfig): the architecture.
+
     Example::
 
         >>> out = CMTBaseModel(CMTConfig()).eval()(torch.randn(1, 3, 224, 224))
@@ -374,6 +387,9 @@ class CMTBaseModel(_BaseModelMixin, CMTPreTrainedModel):
 
 class CMTForImageClassification(_ClassifierMixin, CMTPreTrainedModel):
     """CMT with its ImageNet classification stage (``AutoModelForImageClassification``).
+
+    Args:
+        config (CMTConfig): the architecture and ``num_labels``.
 
     Example::
 
@@ -390,6 +406,9 @@ class CMTForImageClassification(_ClassifierMixin, CMTPreTrainedModel):
 class CMTBackbone(_BackboneMixin, CMTPreTrainedModel):
     """CMT as a transformers backbone (``AutoBackbone``): the maps (strides 2, 4, 8, 16, 32)
     of ``config.out_features`` among ``stem``, ``stage1`` ... ``stage4``.
+
+    Args:
+        config (CMTConfig): the architecture and ``out_features`` / ``out_indices``.
 
     Example::
 

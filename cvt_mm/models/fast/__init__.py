@@ -57,8 +57,21 @@ _override: Optional[bool] = None
 
 
 def use_fast_paths() -> bool:
-    """Whether blocks built now take the fast paths: :func:`set_fast_paths`'s value when it was
-    called, else ``CVT_MM_FAST_PATHS`` (``0`` turns them off), else ``True``."""
+    """Whether blocks built now take the fast paths (fused attention, fused QuickGELU, CMT's
+    cached bias resize) or the formulas as written.
+
+    Returns:
+        bool: :func:`set_fast_paths`'s value when it was called, else the environment's
+        ``CVT_MM_FAST_PATHS`` (``0``/``false`` turns them off), else True.
+
+    Raises:
+        ValueError: ``CVT_MM_FAST_PATHS`` is none of ``0``, ``1``, ``false``, ``true``.
+
+    Example::
+
+        >>> use_fast_paths()
+        True
+    """
     if _override is not None:
         return _override
     value = os.environ.get(ENV_VAR, '1').strip().lower()
@@ -68,7 +81,25 @@ def use_fast_paths() -> bool:
 
 
 def set_fast_paths(enable: Optional[bool]) -> None:
-    """Set the default of models built from now on; ``None`` returns to the environment's."""
+    """Set whether models built from now on take the fast paths (a built model keeps its own:
+    ``model.set_fast_paths(False)`` switches it).
+
+    Args:
+        enable (bool | None): True or False; None returns to the environment's default
+            (:func:`use_fast_paths`).
+
+    Raises:
+        ValueError: ``enable`` is not True, False or None.
+
+    Example::
+
+        >>> from cvt_mm.models import CvTModel
+        >>> set_fast_paths(False)
+        >>> reference = CvTModel('13')  # the formulas as the paper writes them
+        >>> set_fast_paths(None)
+        >>> use_fast_paths()
+        True
+    """
     global _override
     if enable is not None and not isinstance(enable, bool):
         raise ValueError(f'set_fast_paths takes True, False or None, got {enable!r}')
