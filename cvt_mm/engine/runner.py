@@ -21,7 +21,7 @@ from mmengine.runner.loops import (
 )
 from torch.utils.data import DataLoader
 
-from .compile import compile_model
+from .compile import compile_model, compile_options
 from .exact_resume import (
     is_stateful,
     restore_random_states,
@@ -256,13 +256,29 @@ class RunConfig(Config):
 class ExactResumeRunner(Runner):
     """MMEngine's ``Runner`` whose ``train()`` first adds :func:`add_training_guards`, whose
     ``resume()`` gives the loop the checkpoint's data position and generators, and whose
-    ``compile`` (config) compiles the model's backbone and neck for training, validation and
-    testing (:mod:`.compile`); its config is a :class:`RunConfig`. Arguments as ``Runner``."""
+    ``compile`` compiles the model's backbone and neck for training, validation and testing
+    (:mod:`.compile`); its config is a :class:`RunConfig`. Arguments as ``Runner``, and
+    ``compile`` (bool or dict, default None: the config's key), as MMEngine's
+    ``FlexibleRunner`` takes it; either way its options are checked here, before anything
+    runs, and a ``compile`` argument that differs from the config's is refused.
 
-    def __init__(self, *args, cfg: Optional[Union[Config, dict]] = None, **kwargs):
+    Example::
+
+        >>> runner = ExactResumeRunner(model=..., work_dir='work', compile=dict(backend='eager'))
+    """
+
+    def __init__(self, *args, cfg: Optional[Union[Config, dict]] = None,
+                 compile: Optional[Union[bool, dict]] = None, **kwargs):
         if isinstance(cfg, Config):
             cfg = RunConfig.of(cfg)
         super().__init__(*args, cfg=cfg, **kwargs)
+        if compile is not None:
+            given = self.cfg.get('compile')
+            if given is not None and given != compile:
+                raise ValueError(f'compile={compile!r} was passed and the config says '
+                                 f'compile={given!r}; give one of them')
+            self.cfg['compile'] = compile
+        compile_options(self.cfg.get('compile'))  # a bad option stops here
 
     def train(self):
         add_training_guards(self)

@@ -129,7 +129,9 @@ def check_image(owner: Union[str, nn.Module], x: torch.Tensor, in_chans: int,
     if x.shape[1] != in_chans:
         raise ValueError(f'{name} was built for in_channels={in_chans}, '
                          f'got an input with {x.shape[1]} channels')
-    if min(x.shape[2:]) < min_size:
+    # Each side on its own: min() of two sizes makes a compiled graph guard on which is the
+    # smaller, so that a portrait input after a landscape one recompiles.
+    if x.shape[2] < min_size or x.shape[3] < min_size:
         raise ValueError(f'{name} needs inputs of at least {min_size}x{min_size}, '
                          f'got {x.shape[2]}x{x.shape[3]}')
 

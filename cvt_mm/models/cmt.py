@@ -31,7 +31,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..checkpoint.formats import WeightFormat, has_key_matching, regex_rename, register_format
-from ..compat import HAS_SELECTIVE_CHECKPOINT, require
+from ..compat import HAS_SELECTIVE_CHECKPOINT, is_compiling, require
 from ._helpers import (
     batchnorm_trains,
     check_batchnorm_statistics,
@@ -99,12 +99,13 @@ def pad_to_multiple(x: torch.Tensor, multiple: int) -> torch.Tensor:
     sizes."""
     h, w = x.shape[-2], x.shape[-1]
     pad_h, pad_w = ceil_div(h, multiple) * multiple - h, ceil_div(w, multiple) * multiple - w
-    # Symbolic sizes always pad (by zero rows when none are needed): testing whether the
-    # padding is zero would fix the input size of an exported graph.
-    symbolic = False
+    # Traced (torch.compile, torch.export), always pad (by zero rows when none are needed):
+    # testing whether the padding is zero would make a compiled graph guard on it (a recompile
+    # whenever an input size flips it) and fix an exported graph's input size.
+    traced = False
     if not torch.jit.is_scripting():  # (TorchScript's sizes are ints)
-        symbolic = is_symbolic(pad_h, pad_w)
-    if not symbolic and pad_h == 0 and pad_w == 0:
+        traced = is_symbolic(pad_h, pad_w) or is_compiling()
+    if not traced and pad_h == 0 and pad_w == 0:
         return x
     return F.pad(x, (0, pad_w, 0, pad_h))
 

@@ -1,6 +1,7 @@
-"""``compile`` in a config (cvt_mm.engine.compile): the backbone and neck compiled in place for
-training and testing through the tools, bad options refused before training, and compiled
-training over new input sizes that compiles once more and then reuses its graph."""
+"""``compile`` in a config or as the runner's argument (cvt_mm.engine.compile): the backbone and
+neck compiled in place for training and testing through the tools, bad options refused before
+training, and compiled training over new input sizes that compiles once more and then reuses
+its graph, whichever side of each padding condition a size falls on."""
 import copy
 import glob
 import os.path as osp
@@ -29,11 +30,19 @@ class Detector(nn.Module):
         self.backbone, self.neck = backbone, nn.Identity()
 
 
+# CMT pads a map to a multiple of 2 before each patch embedding and of its key/value reduction
+# (8, 4, 2) before the reduction. 64 and 128 pad nowhere; 98 everywhere (the stem's output 49
+# is odd, then the grids 25, 13, 7); 100 everywhere but before the first embedding (50). Each
+# padding condition is met and not met by each side in turn.
+SIZES = [(64, 96), (98, 100), (128, 64), (100, 98)]
+
+
 @pytest.mark.parametrize('kind', ['cmt', 'cvt'])
 def test_compiled_training_compiles_once_more_for_new_sizes_then_reuses_the_graph(kind):
-    """Three input sizes, BatchNorm training, forward and backward traced (aot_eager):
-    the first size compiles a static graph, the second a dynamic one, the third none; no graph
-    break anywhere (fullgraph=True raises at one). Outputs and gradients as the eager model's."""
+    """Four input sizes (:data:`SIZES`), BatchNorm training, forward and backward traced
+    (aot_eager): the first size compiles a static graph, the second a dynamic one, the others
+    none; no graph break anywhere (fullgraph=True raises at one). Outputs and gradients as the
+    eager model's."""
     from torch._dynamo.utils import counters
     torch.manual_seed(0)
     # No drop path: the two models would draw different samples to drop.
@@ -48,7 +57,7 @@ def test_compiled_training_compiles_once_more_for_new_sizes_then_reuses_the_grap
     assert compile_model(model, dict(backend='aot_eager', fullgraph=True)) == ['backbone',
                                                                                 'neck']
     graphs = []
-    for size in [(64, 96), (96, 128), (128, 64)]:
+    for size in SIZES:
         x = torch.randn(2, 3, *size)
         results = []
         for net in (model.backbone, eager):
@@ -59,7 +68,7 @@ def test_compiled_training_compiles_once_more_for_new_sizes_then_reuses_the_grap
             net.zero_grad(set_to_none=True)
         torch.testing.assert_close(results[0], results[1], rtol=1e-4, atol=1e-5)
         graphs.append(counters['stats']['unique_graphs'])
-    assert graphs == [1, 2, 2] and not counters['graph_break']
+    assert graphs == [1, 2, 2, 2] and not counters['graph_break']
 
 
 def test_options_torch_compile_does_not_take_are_refused_naming_the_allowed():
@@ -123,3 +132,43 @@ def test_a_bad_compile_option_stops_the_run_before_training(tiny_data, tmp_path)
     assert proc.returncode != 0
     assert 'compile: fullgrph is not an option of torch.compile' in proc.stdout + proc.stderr
     assert not glob.glob(str(work / '*.pth'))
+
+
+def test_a_runner_built_with_compile_compiles_as_the_config_key_does_and_refuses_alike(tmp_path):
+    """``ExactResumeRunner(compile=...)`` (the argument MMEngine's FlexibleRunner takes) is the
+    config's ``compile``: honoured, checked when the runner is built, never ignored."""
+    from mmengine.model import BaseModel
+    from mmengine.registry import DefaultScope
+
+    from cvt_mm.engine.runner import ExactResumeRunner
+
+    class Toy(BaseModel):
+        def __init__(self):
+            super().__init__()
+            self.backbone = nn.Linear(4, 1)
+
+        def forward(self, inputs, mode='tensor', data_samples=None):
+            out = self.backbone(torch.stack(inputs) if isinstance(inputs, list) else inputs)
+            return dict(loss=out.square().mean()) if mode == 'loss' else out
+
+    def runner(name, **kwargs):
+        DefaultScope.get_instance(f'compile_{name}', scope_name='mmengine')
+        return ExactResumeRunner(
+            model=Toy(), work_dir=str(tmp_path / name), experiment_name=f'compile_{name}',
+            train_dataloader=dict(dataset=[dict(inputs=torch.ones(4))] * 4, batch_size=2,
+                                  sampler=dict(type='DefaultSampler', shuffle=False),
+                                  collate_fn=dict(type='default_collate')),
+            optim_wrapper=dict(optimizer=dict(type='SGD', lr=0.1)),
+            train_cfg=dict(by_epoch=False, max_iters=2), default_scope='mmengine', **kwargs)
+
+    trained = runner('argument', compile=dict(backend='eager'))
+    assert trained.cfg['compile'] == dict(backend='eager')
+    trained.train()
+    assert trained.model.backbone._compiled_call_impl is not None
+    with pytest.raises(ValueError, match='compile: fullgrph is not an option of torch.compile'):
+        runner('bad', compile=dict(fullgrph=True))
+    with pytest.raises(ValueError, match='compile: fullgrph is not an option'):
+        runner('bad_key', cfg=dict(compile=dict(fullgrph=True)))
+    with pytest.raises(ValueError, match="compile=True was passed and the config says "
+                                         "compile=False; give one of them"):
+        runner('both', compile=True, cfg=dict(compile=False))

@@ -12,7 +12,7 @@ from typing import Optional
 import torch
 import torch.nn.functional as F
 
-from ...compat import is_compiling, is_exporting
+from ...compat import HAS_SYMBOLIC_SDPA, is_compiling, is_exporting
 
 # Where no fused kernel takes the call, above this many score elements (batch x heads x queries
 # x keys) the attention is evaluated in query chunks, so the math fallback (and its autograd)
@@ -127,7 +127,9 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
 
     Under ``torch.export`` (ONNX export) it is one plain ``scaled_dot_product_attention``:
     the chunk sizes depend on the (symbolic) shapes and :class:`BiasGradAttention` serves
-    only training, and the exported graph's runtime picks its own attention kernels.
+    only training, and the exported graph's runtime picks its own attention kernels. Compiled
+    on a torch whose fused attention cannot be traced at symbolic sizes (2.1), it is
+    :func:`formula_attention`.
     """
     if bias is not None:
         bias = bias.to(q.dtype)
@@ -140,6 +142,10 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     if is_exporting():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
+    if not HAS_SYMBOLIC_SDPA and is_compiling():
+        # torch 2.1's fused attention cannot be traced at symbolic sizes (cvt_mm.compat): the
+        # formula, which the compiler fuses itself.
+        return formula_attention(q, k, v, scale, bias, dropout_p)
     b, h, nq, _ = q.shape
     nk = k.shape[-2]
     if q.device.type == 'cpu' and dropout_p == 0:
@@ -152,6 +158,26 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
     return query_chunked_attention(q, k, v, scale, bias, dropout_p, rows)
+
+
+def formula_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
+                      bias: Optional[torch.Tensor] = None, dropout_p: float = 0.0) -> torch.Tensor:
+    """``softmax(q kᵀ * scale + bias) v`` as written (with dropout on the probabilities, as
+    ``scaled_dot_product_attention`` drops them).
+
+    Example::
+
+        >>> q, k, v = (torch.randn(1, 2, 10, 8) for _ in range(3))
+        >>> formula_attention(q, k, v, 0.35).shape
+        torch.Size([1, 2, 10, 8])
+    """
+    scores = torch.matmul(q, k.transpose(-2, -1)) * scale
+    if bias is not None:
+        scores = scores + bias
+    probs = scores.softmax(dim=-1)
+    if dropout_p:
+        probs = F.dropout(probs, dropout_p)
+    return torch.matmul(probs, v)
 
 
 def query_chunked_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: float,
