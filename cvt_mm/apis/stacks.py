@@ -40,10 +40,11 @@ _COMMON = ('torch', 'torchvision', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', '
            'segmentation_models_pytorch', 'torchdata.stateful_dataloader', 'cvt_mm')
 STACKS: Dict[str, Stack] = {
     'prebuilt': Stack('.venv-prebuilt', '3.11', 'requirements/prebuilt.txt',
-                      ('det', 'seg', 'cls', 'timm', 'smp', 'tests'), _COMMON),
+                      ('det', 'seg', 'cls', 'timm', 'smp', 'tests', 'mmdeploy'),
+                      _COMMON + ('mmdeploy.apis', 'onnxruntime')),
     'pinned': Stack('.venv', '3.11', 'requirements.txt',
-                    ('det', 'seg', 'cls', 'timm', 'hf', 'smp', 'tests', 'deploy'),
-                    _COMMON + ('transformers', 'onnxruntime', 'onnxscript')),
+                    ('det', 'seg', 'cls', 'timm', 'hf', 'smp', 'tests', 'deploy', 'docs'),
+                    _COMMON + ('transformers', 'onnxruntime', 'onnxscript', 'sphinx')),
     'fork': Stack('.venv-fork', '3.12', 'requirements/fork.txt',
                   ('det-onedl', 'seg-onedl', 'cls-onedl', 'timm', 'hf', 'smp', 'tests', 'deploy'),
                   _COMMON + ('transformers', 'onnxruntime', 'onnxscript')),
