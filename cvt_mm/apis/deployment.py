@@ -1,21 +1,28 @@
 """Exporting a config's model, or a part of it, to ONNX and checking the file with ONNX Runtime
 (``tools/deployment/export_onnx.py`` is the command line; docs/deployment.md the guide).
 
-:func:`build_part` builds what exports (``backbone``, ``neck``, ``rpn`` or the whole
-``model``, as the config's ``data_preprocessor`` hands it images), :func:`export_onnx` writes
-it with ``torch.onnx.export(dynamo=True)`` (optionally with symbolic height and width), and
-:func:`compare_with_onnxruntime` runs the file beside PyTorch. Needs the ``deploy`` extra.
+:func:`build_part` builds what exports: the whole ``model`` from the preprocessed image to
+the result (:mod:`cvt_mm.apis.end2end`: detections and masks, the class map, logits), or a
+part (``backbone``, ``neck``, ``rpn``) as the config's ``data_preprocessor`` hands it
+images. :func:`export_onnx` writes it with ``torch.onnx.export(dynamo=True)`` (optionally
+with symbolic height and width) and standard ONNX operators only;
+:func:`compare_end2end` runs a whole model's file beside the model's own ``predict``,
+:func:`compare_with_onnxruntime` a part's beside PyTorch. Needs the ``deploy`` extra.
 
 Example::
 
-    >>> module, info = build_part('configs/mask_rcnn_cvt13_coco.py', 'backbone')
-    >>> export_onnx(module, 'cvt13.onnx', (224, 224), dynamic=True)
-    >>> compare_with_onnxruntime(module, 'cvt13.onnx', [(224, 224), (281, 169)])
+    >>> module, info = build_part('configs/mask_rcnn_cvt13_coco.py', 'model', 'model.pth')
+    >>> export_onnx(module, 'mask_rcnn.onnx', (800, 1344), dynamic=True,
+    ...             names=info['outputs'], metadata=info['metadata'])
+    >>> rows = compare_end2end(module, 'mask_rcnn.onnx', [(800, 1344), (1001, 1009)])
+    >>> all(r['ok'] for r in rows)
+    True
 """
 from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import os
 import os.path as osp
@@ -28,6 +35,14 @@ from torch import nn
 from ..compat import HAS_ONNX_DYNAMO_EXPORT, require
 from ..models.matrix_resize import matrix_adaptive_avg_pool
 from .builders import build_model_from_config, load_config, task_of
+from .end2end.metadata import file_metadata, preprocess_info
+from .end2end.models import (  # NotExportableError: what build_part raises
+    NotExportableError,  # noqa: F401
+    end2end_module,
+    end2end_output_names,
+    max_detections,
+    task_name,
+)
 
 PARTS = ('backbone', 'neck', 'rpn', 'model')
 # Smallest height/width of a dynamic graph. torch.export specialises sizes that reach a
@@ -66,7 +81,7 @@ def _flat(outputs) -> Tuple[torch.Tensor, ...]:
 
 
 class _Part(nn.Module):
-    """The exported graph: image in, a flat tuple of tensors out."""
+    """A part of a model as a graph: image in, a flat tuple of tensors out."""
 
     def __init__(self, model: nn.Module, part: str):
         super().__init__()
@@ -76,29 +91,26 @@ class _Part(nn.Module):
         model = self.model
         if self.part == 'backbone':
             return _flat(model.backbone(image))
+        feats = model.extract_feat(image)
         if self.part == 'neck':
-            return _flat(model.extract_feat(image))
-        if self.part == 'rpn':
-            feats = model.extract_feat(image)
-            return _flat((feats, model.rpn_head(feats)))
-        return _flat(model(image, mode='tensor'))
+            return _flat(feats)
+        return _flat((feats, model.rpn_head(feats)))
 
 
 def parts_of(cfg) -> Tuple[str, ...]:
-    """The parts of a config's model that export, the default first."""
+    """The parts of a config's model that export, the default (the whole model) first."""
     if task_of(cfg) == 'mmdet':
         if cfg.model.get('rpn_head') is not None:
-            return ('rpn', 'neck', 'backbone')
+            return ('model', 'rpn', 'neck', 'backbone')
         if cfg.model.get('neck') is not None:
-            # One-stage detectors: mode='tensor' is the head's raw per-level outputs.
             return ('model', 'neck', 'backbone')
     return ('model', 'backbone')
 
 
 def output_names(part: str, task: str, count: int) -> List[str]:
-    """Names of the graph's outputs, in order: ``feat{i}`` (backbone), ``fpn{i}`` (neck),
-    ``fpn{i}``, ``rpn_cls{i}``, ``rpn_reg{i}`` (rpn), ``logits`` (classifier),
-    ``seg_logits`` (segmentor), ``cls{i}``, ``reg{i}`` (one-stage detector heads)."""
+    """Names of a part's outputs, in order: ``feat{i}`` (backbone), ``fpn{i}`` (neck),
+    ``fpn{i}``, ``rpn_cls{i}``, ``rpn_reg{i}`` (rpn). The whole model's are
+    :func:`~cvt_mm.apis.end2end.models.end2end_output_names`."""
     if part == 'backbone':
         return [f'feat{i}' for i in range(count)]
     if part == 'neck':
@@ -107,34 +119,7 @@ def output_names(part: str, task: str, count: int) -> List[str]:
         levels = count // 3
         return ([f'fpn{i}' for i in range(levels)] + [f'rpn_cls{i}' for i in range(levels)]
                 + [f'rpn_reg{i}' for i in range(levels)])
-    if task == 'mmpretrain' and count == 1:
-        return ['logits']
-    if task == 'mmseg' and count == 1:
-        return ['seg_logits']
-    if task == 'mmdet' and count % 2 == 0:
-        levels = count // 2
-        return [f'cls{i}' for i in range(levels)] + [f'reg{i}' for i in range(levels)]
     return [f'output{i}' for i in range(count)]
-
-
-def preprocess_info(model: nn.Module) -> dict:
-    """What the config's ``data_preprocessor`` does before the graph: mean, std (RGB/BGR
-    order of the converted image), channel conversion and the padding divisor."""
-    pre = getattr(model, 'data_preprocessor', None)
-    info = {}
-    if pre is None:
-        return info
-    if getattr(pre, '_enable_normalize', False):
-        info['mean'] = [round(float(v), 4) for v in pre.mean.flatten()]
-        info['std'] = [round(float(v), 4) for v in pre.std.flatten()]
-    # The flag that swaps the channels of the loaded (BGR) image before normalising:
-    # MMEngine's (MMDetection's), MMSegmentation's and MMPretrain's names for it.
-    flags = ('_channel_conversion', 'channel_conversion', 'to_rgb')
-    info['bgr_to_rgb'] = any(bool(getattr(pre, f, False)) for f in flags)
-    divisor = getattr(pre, 'pad_size_divisor', None) or getattr(pre, 'size_divisor', None)
-    if divisor and int(divisor) > 1:
-        info['pad_size_divisor'] = int(divisor)
-    return info
 
 
 def load_weights(model: nn.Module, path: str) -> None:
@@ -174,15 +159,25 @@ def build_part(config, part: Optional[str] = None, checkpoint: Optional[str] = N
         cfg_options (dict, optional): config entries to override (``--cfg-options``).
 
     Returns:
-        tuple: ``(module, info)``: the eval-mode module (image in, flat tuple of tensors out)
-        and a dict with ``task``, ``model`` (class name), ``part``, ``weights`` and
-        ``preprocess``.
+        tuple: ``(module, info)``: the eval-mode module (image in, its outputs out) and a
+        dict with ``task`` (the toolbox), ``kind`` (what the outputs are:
+        ``instance-segmentation``, ``detection``, ``semantic-segmentation``,
+        ``classification``, or ``features`` for a part), ``model`` (class name), ``part``,
+        ``weights``, ``preprocess``, ``outputs`` (the whole model's output names, None for a
+        part: :func:`output_names` then) and ``metadata`` (the file's, see
+        :mod:`cvt_mm.apis.end2end.metadata`).
+
+    Raises:
+        NotExportableError: ``part='model'`` of a model with a stage the export cannot write,
+            naming it and why (nothing is written).
+        ValueError: a part the model lacks, or a config whose dataset and head disagree on
+            the number of classes.
 
     Example::
 
-        >>> module, info = build_part('configs/upernet_cvt13_ade20k.py', 'model')
-        >>> [t.shape for t in module(torch.randn(1, 3, 64, 64))]
-        [torch.Size([1, 150, 16, 16])]
+        >>> module, info = build_part('configs/upernet_cvt13_ade20k.py')
+        >>> info['outputs'], module(torch.randn(1, 3, 64, 64)).shape
+        (['seg_map'], torch.Size([1, 1, 64, 64]))
     """
     cfg = load_config(config)
     if cfg_options:
@@ -204,36 +199,84 @@ def build_part(config, part: Optional[str] = None, checkpoint: Optional[str] = N
     if checkpoint:
         load_weights(model, checkpoint)
     model.eval()
-    info = dict(task=task, model=type(model).__name__, part=part,
+    score_thr, outputs = None, None
+    if part == 'model':
+        module = end2end_module(model)
+        kind, outputs = task_name(module), end2end_output_names(module)
+        if kind in ('detection', 'instance-segmentation'):
+            score_thr = max_detections(module)[1]
+    else:
+        module, kind = _Part(model, part).eval(), 'features'
+    name = osp.basename(config) if isinstance(config, str) else 'config'
+    weights = osp.basename(checkpoint) if checkpoint else 'random'
+    info = dict(task=task, kind=kind, model=type(model).__name__, part=part,
                 weights=checkpoint or 'random (no checkpoint given)',
-                preprocess=preprocess_info(model))
-    return _Part(model, part).eval(), info
+                preprocess=preprocess_info(model), outputs=outputs,
+                metadata=file_metadata(cfg, model, kind, name, part, weights, score_thr))
+    return module, info
 
 
 # --------------------------------------------------------------------------- export
-@contextlib.contextmanager
-def exportable_adaptive_pools(module: nn.Module):
-    """Within the block, every ``nn.AdaptiveAvgPool2d`` of ``module`` with more than one
-    output cell (UperNet's pyramid pooling) computes through
-    :func:`~cvt_mm.models.matrix_resize.matrix_adaptive_avg_pool`.
+def _integer_upsample(module: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """MMSegmentation's ``Upsample.forward`` with an integral scale factor kept an integer:
+    ``int(size * 2.0)`` of a symbolic size is fixed at the example's value by torch.export,
+    ``size * 2`` stays symbolic."""
+    factor = int(module.scale_factor)
+    size = [t * factor for t in x.shape[-2:]]
+    return torch.nn.functional.interpolate(x, size, None, module.mode, module.align_corners)
 
-    torch's exporter writes such a pool as an ``AveragePool`` whose kernel and stride are
-    fixed from the example input, so a dynamic graph silently averages the wrong windows at
-    any other size (1.8 absolute error on random data); the matrices are built from the
-    input's size in the graph. One output cell (a global pool) exports correctly and is left
-    alone. Outside the block the modules are PyTorch's again, which the comparison with
-    ONNX Runtime then checks this against.
+
+@contextlib.contextmanager
+def exportable(module: nn.Module):
+    """Within the block, the modules of ``module`` that torch.export would write for the
+    example's size alone compute in a way that keeps the size symbolic; outside it they are
+    the toolboxes' own again, which the comparison with ONNX Runtime then checks this against.
+
+    * ``nn.AdaptiveAvgPool2d`` with more than one output cell (UperNet's pyramid pooling)
+      computes through :func:`~cvt_mm.models.matrix_resize.matrix_adaptive_avg_pool`: torch's
+      exporter writes such a pool as an ``AveragePool`` whose kernel and stride are fixed from
+      the example, so a dynamic graph silently averaged the wrong windows at any other size
+      (1.8 absolute error on random data). One output cell (a global pool) is left alone.
+    * MMSegmentation's ``Upsample`` with an integral ``scale_factor`` (Semantic FPN's scale
+      heads) resizes to ``size * factor``: its ``int(size * factor)`` was baked in as the
+      example's size (97 % of pixels right at another size).
     """
     patched = []
     for m in module.modules():
         if isinstance(m, nn.AdaptiveAvgPool2d) and m.output_size not in (1, (1, 1)):
             m.forward = functools.partial(matrix_adaptive_avg_pool, output_size=m.output_size)
             patched.append(m)
+        elif (type(m).__name__ == 'Upsample' and type(m).__module__.startswith('mmseg.')
+              and not m.size and isinstance(m.scale_factor, float)
+              and m.scale_factor.is_integer()):
+            m.forward = functools.partial(_integer_upsample, m)
+            patched.append(m)
     try:
         yield
     finally:
         for m in patched:
             del m.forward
+
+
+def fixed_size_resizes(exported) -> List[str]:
+    """The resizes of a dynamic ``ExportedProgram`` to a size fixed in the graph from a
+    symbolic-size input: where a module computed its output size outside torch's symbolic
+    sizes (``int()`` of a size), so the graph holds for the example's size alone. Each as
+    the module path that ran it."""
+    found = []
+    for node in exported.graph.nodes:
+        name = str(node.target)
+        if node.op != 'call_function' or 'upsample' not in name:
+            continue
+        size = node.args[1] if len(node.args) > 1 else None
+        source = node.args[0].meta.get('val') if hasattr(node.args[0], 'meta') else None
+        if (isinstance(size, (list, tuple)) and size and all(isinstance(v, int) for v in size)
+                and source is not None
+                and any(isinstance(d, torch.SymInt) for d in source.shape[2:])):
+            stack = node.meta.get('nn_module_stack') or {}
+            path = list(stack.values())[-1][0] if stack else node.name
+            found.append(f'{path} ({name.split(".")[-2]} to {list(size)})')
+    return found
 
 
 def export_onnx(module: nn.Module, path: str, shape: Sequence[int], dynamic: bool = False,
@@ -273,25 +316,98 @@ def export_onnx(module: nn.Module, path: str, shape: Sequence[int], dynamic: boo
     names = list(names) if names else [f'output{i}' for i in range(count)]
     if len(names) != count:
         raise ValueError(f'{len(names)} output names for {count} outputs')
-    dynamic_shapes = None
-    if dynamic:
-        dims = {2: torch.export.Dim('height', min=MIN_DYNAMIC_SIDE),
-                3: torch.export.Dim('width', min=MIN_DYNAMIC_SIDE)}
-        dynamic_shapes = (dims, )  # by position: any module's first argument
+    from .end2end.ops import onnx_translations
     size = sum(p.numel() * p.element_size() for p in module.parameters())
-    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
     start = time.perf_counter()
-    with torch.no_grad(), exportable_adaptive_pools(module):
+    # torch.export first, ourselves: torch.onnx.export would retry a failed dynamic capture
+    # another way and could return a graph of the example's size alone.
+    with torch.no_grad(), exportable(module):
+        auto = torch.export.Dim.AUTO
+        exported = torch.export.export(
+            module, (example, ), strict=False,
+            dynamic_shapes=({2: auto, 3: auto}, ) if dynamic else None)
+    sizes = input_sizes(exported, (h, w)) if dynamic else dict(height=[h, h], width=[w, w])
+    if dynamic:
+        check_dynamic_range(sizes, (h, w))
+        fixed = fixed_size_resizes(exported)
+        if fixed:
+            raise ValueError('with --dynamic these resizes would keep the example\'s size '
+                             f'at every size: {"; ".join(fixed)}. Nothing was written; '
+                             'export without --dynamic, at the size you run')
+    with torch.no_grad():
         program = torch.onnx.export(
-            module, (example, ), dynamo=True, input_names=['image'], output_names=names,
-            dynamic_shapes=dynamic_shapes, opset_version=opset, verbose=False,
-            external_data=size > PROTOBUF_LIMIT)
-    if metadata:
-        program.model.metadata_props.update({k: str(v) for k, v in metadata.items()})
-    program.save(path, external_data=size > PROTOBUF_LIMIT)
+            exported, (example, ), dynamo=True, input_names=['image'], output_names=names,
+            opset_version=opset, verbose=False, external_data=size > PROTOBUF_LIMIT,
+            custom_translation_table=onnx_translations())
+    custom = non_standard_ops(program.model)
+    if custom:
+        raise RuntimeError(f'the graph holds operators outside the ONNX standard: '
+                           f'{", ".join(custom)}; nothing was written')
+    metadata = dict(metadata or {}, **{'cvt_mm.input_size': json.dumps(sizes)})
+    program.model.metadata_props.update({k: str(v) for k, v in metadata.items()})
+    os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
+    try:
+        program.save(path, external_data=size > PROTOBUF_LIMIT)
+    except BaseException:  # no partial file left behind
+        for leftover in (path, path + '.data'):
+            if osp.exists(leftover):
+                os.remove(leftover)
+        raise
     seconds = time.perf_counter() - start
     opset_used = program.model.opset_imports.get('', opset)
-    return dict(seconds=seconds, bytes=osp.getsize(path), opset=opset_used, outputs=names)
+    return dict(seconds=seconds, bytes=osp.getsize(path), opset=opset_used, outputs=names,
+                sizes=sizes)
+
+
+def input_sizes(exported, shape: Sequence[int]) -> dict:
+    """``{'height': [low, high], 'width': [low, high]}``: the input sizes a dynamic
+    ``ExportedProgram`` holds for, as torch.export's range constraints say (``high`` None:
+    unbounded; ``[n, n]``: fixed)."""
+    name = exported.graph_signature.user_inputs[0]
+    node = next(n for n in exported.graph.nodes if n.op == 'placeholder' and n.name == name)
+    sizes = {}
+    for key, dim, example in zip(('height', 'width'), node.meta['val'].shape[2:], shape):
+        if not isinstance(dim, torch.SymInt):
+            sizes[key] = [int(dim), int(dim)]
+            continue
+        bounds = exported.range_constraints[dim.node.expr]
+        try:
+            high = int(bounds.upper)
+        except Exception:  # sympy oo, torch int_oo
+            high = None
+        sizes[key] = [int(bounds.lower), None if high is None or high >= 2 ** 31 else high]
+    return sizes
+
+
+def check_dynamic_range(sizes: dict, shape: Sequence[int]) -> None:
+    """``ValueError`` when torch.export made a dynamic graph hold for a bounded range only:
+    at the example's size a feature level has one cell (a stride-128 level below 129
+    pixels), and sizes are fixed where they change that. Nothing is written."""
+    bounded = {k: v for k, v in sizes.items() if v[1] is not None}
+    if bounded:
+        said = ', '.join(f'{k} {v[0]}..{v[1]}' for k, v in bounded.items())
+        raise ValueError(
+            f'with --dynamic at --shape {shape[0]} {shape[1]} the graph would hold for {said} '
+            'only: at this size a feature level of the model has a single cell, which '
+            'torch.export fixes. Export at a larger --shape (e.g. twice the largest '
+            'feature stride, plus a few pixels)')
+
+
+def non_standard_ops(model) -> List[str]:
+    """``domain::op`` of every node of an ``onnx_ir`` model (its functions included) outside
+    ONNX's standard domain: what ONNX Runtime and TensorRT's parser would need a plugin for."""
+    graphs = [model.graph, *getattr(model, 'functions', {}).values()]
+    found = set()
+    while graphs:
+        graph = graphs.pop()
+        for node in graph:
+            if node.domain not in ('', 'ai.onnx'):
+                found.add(f'{node.domain}::{node.op_type}')
+            for attr in node.attributes.values():
+                value = getattr(attr, 'value', None)
+                if hasattr(value, 'inputs') and hasattr(value, 'outputs') and value is not graph:
+                    graphs.append(value)  # subgraphs (If, Loop)
+    return sorted(found)
 
 
 def compare_with_onnxruntime(module: nn.Module, path: str, shapes: Sequence[Sequence[int]],
@@ -352,3 +468,48 @@ def default_check_shapes(shape: Sequence[int]) -> List[Tuple[int, int]]:
     it is neither the export size nor a multiple of 32 (every padding path runs)."""
     h, w = shape
     return [((h * 5 // 4) | 1, max(MIN_DYNAMIC_SIDE + 1, (w * 3 // 4) | 1))]
+
+
+def compare_end2end(module: nn.Module, path: str, shapes: Sequence[Sequence[int]],
+                    batch: int = 1, seed: int = 0, score_thr: Optional[float] = None,
+                    threads: Optional[int] = None) -> List[dict]:
+    """Run a whole model's ONNX file with ONNX Runtime (CPU) and the model's own inference
+    (``model.predict(..., rescale=False)``, or the logits) on the same random images, one
+    batch per size in ``shapes``, and compare them (:mod:`cvt_mm.apis.end2end.compare`).
+
+    Args:
+        module (nn.Module): what :func:`build_part` returned for ``part='model'``.
+        path (str): the ``.onnx`` file.
+        shapes (Sequence[Sequence[int]]): ``(H, W)`` sizes to run at.
+        batch (int): images per run. Defaults to 1.
+        seed (int): the images depend on it alone. Defaults to 0.
+        score_thr (float, optional): detections above it must match; the test config's
+            score threshold when None.
+        threads (int, optional): ONNX Runtime's intra-op threads; its default when None.
+
+    Returns:
+        list[dict]: one per image: ``shape``, ``image`` (index in the batch), ``ok`` and the
+        comparison's numbers (detectors: ``expected``, ``found``, ``matched``, ``box_iou``,
+        ``score_diff``, ``mask_iou``, ``failures``; segmentors: ``pixels``; classifiers:
+        ``max_abs``, ``max_rel``).
+    """
+    import onnxruntime as ort
+
+    from .end2end.compare import compare_results, graph_results, reference_results
+    options = ort.SessionOptions()
+    if threads:
+        options.intra_op_num_threads = threads
+    session = ort.InferenceSession(path, options, providers=['CPUExecutionProvider'])
+    task = task_name(module)
+    if score_thr is None and task in ('detection', 'instance-segmentation'):
+        score_thr = max_detections(module)[1]
+    gen = torch.Generator().manual_seed(seed)
+    rows = []
+    for h, w in shapes:
+        image = torch.randn(batch, 3, h, w, generator=gen)
+        expected = reference_results(module.model, image, task)
+        got = graph_results(task, session.run(None, {session.get_inputs()[0].name:
+                                                     image.numpy()}))
+        for i, row in enumerate(compare_results(task, expected, got, score_thr)):
+            rows.append(dict(row, shape=(h, w), image=i))
+    return rows
