@@ -1,0 +1,9 @@
+# MMDeploy 1.3.1's configs/mmdet/detection/detection_onnxruntime_dynamic.py restated (its
+# configs/mmdet/_base_/base_dynamic.py on the static one): batch, height and width dynamic.
+_base_ = ['./detection_onnxruntime_static.py']
+onnx_config = dict(
+    dynamic_axes={
+        'input': {0: 'batch', 2: 'height', 3: 'width'},
+        'dets': {0: 'batch', 1: 'num_dets'},
+        'labels': {0: 'batch', 1: 'num_dets'},
+    })
