@@ -20,6 +20,7 @@ import copy
 import json
 import os
 import os.path as osp
+import re
 
 import numpy as np
 import pytest
@@ -35,6 +36,7 @@ from helpers import ROOT, det_user_config, load_tool, narrow_config, seg_user_co
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
 DEPLOY_CONFIGS = osp.join(ROOT, 'tools', 'deployment', 'mmdeploy_configs')
+DOC = osp.join(ROOT, 'docs', 'deployment.md')
 SIDE = 96  # the generated images' side; the other size is two of them side by side
 
 # Each detection above its model's floor must find one of the same class in the other runtime
@@ -334,3 +336,38 @@ def test_mmdeploy_s_onnx_runtime_model_gives_pytorch_s_results(model, deploy_con
     if toolbox == 'det':  # trained (so there is something above the floor to compare)
         assert objects >= 1, f'{model}: no object found by a detection scoring >= ' \
                              f'{TRAINED_SCORE[model]}: not trained'
+
+
+def docs_script() -> str:
+    """The python block of docs/deployment.md's "MMDeploy" section."""
+    with open(DOC) as f:
+        section = f.read().split('\n## MMDeploy\n', 1)[1].split('\n## ', 1)[0]
+    (block, ) = re.findall(r'```python\n(.*?)```', section, re.S)
+    return block
+
+
+@pytest.mark.xdist_group('mmdeploy_mask_rcnn')
+def test_the_docs_mmdeploy_script_runs_as_written(mmdeploy, trained, data, tmp_path):
+    """docs/deployment.md's MMDeploy script as a user runs it from the checkout, with the
+    trained Mask R-CNN's config and checkpoint and an image in place of the page's: its
+    ``result`` is PyTorch's, as in the test above."""
+    from mmdeploy.utils import load_config
+    config, checkpoint = trained('mask_rcnn')
+    image = comparison_images(data, 'det', False)[0][0]
+    script = docs_script()
+    for name, value in dict(model_cfg=config, checkpoint=checkpoint, image=image).items():
+        script, found = re.subn(rf"^{name} = '[^']*'$", f'{name} = {value!r}', script,
+                                flags=re.M)
+        assert found == 1, f'the page\'s script sets no {name} = \'...\''
+    script = script.replace("'tools/", repr(osp.join(ROOT, 'tools', ''))[:-1])
+    script = script.replace("'work_dirs/mmdeploy", repr(str(tmp_path))[:-1])
+    namespace = {}
+    exec(compile(script, DOC, 'exec'), namespace)
+
+    deploy_cfg, model_cfg = load_config(namespace['deploy_cfg'], config)
+    task = mmdeploy.build_task_processor(model_cfg, deploy_cfg, 'cpu')
+    inputs, _ = task.create_input(image, None)
+    with torch.no_grad():
+        (found, ) = task.build_pytorch_model(checkpoint).test_step(inputs)
+    assert found.pred_instances.scores.max() >= SCORE_FLOOR['mask_rcnn']
+    check_detections('the docs\' script', found, namespace['result'], SCORE_FLOOR['mask_rcnn'])
