@@ -593,3 +593,57 @@ def test_compare_names_its_cases_and_refuses_unknown_ones():
                            'compare', 'HEAD', '--cases', 'resnet'], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2 and "unknown cases ['resnet']" in proc.stderr
+
+
+# ------------------------------------------------------------- tools/deployment/benchmark_onnx.py
+@pytest.mark.slow
+def test_the_onnx_benchmark_times_a_whole_model_in_both_runtimes(tmp_path, capsys):
+    """``benchmark_onnx.py --part model`` (docs/deployment.md, "Benchmarks") on a narrow
+    Mask R-CNN at 96x128: it exports the whole model, times PyTorch's predict and the graph
+    alternately, gives both every detection the model can (max_per_img), measures each
+    runtime's memory in a process where only it ran, and profiles both. No time is checked."""
+    pytest.importorskip('onnxruntime', reason='pip install -e .[deploy]')
+    from helpers import narrow_config
+    base = tmp_path / 'mask_rcnn.py'
+    base.write_text(f"_base_ = {os.path.join(ROOT, 'configs', 'mask_rcnn_cvt13_coco.py')!r}\n")
+    out = tmp_path / 'rows.json'
+    argv = ['--part', 'model', '--configs', narrow_config(str(base), 'det'), '--shape', '96',
+            '128', '--repeat', '2', '--threads', '1', '--profile', '--json', str(out)]
+    assert load_tool('deployment/benchmark_onnx').main(argv) == 0
+    result = json.loads(out.read_text())
+    (row, ) = result['rows']
+    assert result['gemm_gflops_per_s'] > 0 and row['shape'] == [96, 128]
+    assert row['kind'] == 'instance-segmentation'
+    assert row['torch_detections'] == row['ort_detections'] == 100  # score threshold 0
+    for runtime in ('torch', 'ort'):
+        times = row[f'{runtime}_times']
+        assert len(times) == 2 and 0 < min(times) == row[f'{runtime}_best']
+        assert row[f'{runtime}_best'] <= row[f'{runtime}_median']
+    # ONNX Runtime's process never imported torch: far below PyTorch's (getrusage would
+    # have reported the forked parent's peak, which holds the exported model).
+    assert 0 < row['ort_rss_gib'] < row['torch_rss_gib'] / 2
+    assert row['export_s'] > 0 and row['file_mib'] > 0
+    ops = row['ort_profile']
+    assert {'Conv', 'RoiAlign', 'NonMaxSuppression'} <= set(ops)
+    assert 0 < sum(ops.values()) <= row['ort_profiled_s']  # one thread: kernels within the run
+    assert any('convolution' in op for op in row['torch_profile'])
+    printed = capsys.readouterr().out
+    assert 'mask_rcnn_narrow.py' in printed and 'GFLOP/s' in printed and 'RoiAlign' in printed
+
+
+@pytest.mark.parametrize('config,options', [
+    ('mask_rcnn_cvt13_coco.py', {'model.test_cfg.rcnn.score_thr': 0.0}),
+    ('retinanet_cvt13_coco.py', {'model.test_cfg.score_thr': 0.0}),
+    ('upernet_cvt13_ade20k.py', {})])
+def test_the_onnx_benchmark_sets_an_existing_score_threshold(config, options):
+    """The option that makes a random detector detect names the config's own threshold
+    (``merge_from_dict`` would add a misspelt key silently)."""
+    from cvt_mm.apis.builders import load_config
+    path = os.path.join(ROOT, 'configs', config)
+    assert load_tool('deployment/benchmark_onnx').every_detection(path) == options
+    cfg = load_config(path)
+    for key in options:
+        node = cfg
+        for name in key.split('.'):
+            assert name in node, f'{config} has no {key}'
+            node = node[name]
