@@ -36,12 +36,13 @@ from ..compat import HAS_ONNX_DYNAMO_EXPORT, require
 from ..models.matrix_resize import matrix_adaptive_avg_pool
 from .builders import build_model_from_config, load_config, task_of
 from .end2end.metadata import file_metadata, preprocess_info
-from .end2end.models import (  # NotExportableError: what build_part raises
-    NotExportableError,  # noqa: F401
+from .end2end.models import (
+    NotExportableError,
     end2end_module,
     end2end_output_names,
     max_detections,
     task_name,
+    unsupported_reason,
 )
 
 PARTS = ('backbone', 'neck', 'rpn', 'model')
@@ -188,6 +189,8 @@ def build_part(config, part: Optional[str] = None, checkpoint: Optional[str] = N
     if part not in allowed:
         raise ValueError(f'--part {part} does not apply to {cfg.model.type} ({task}); '
                          f'allowed: {", ".join(allowed)}')
+    if part == 'model' and unsupported_reason(cfg):
+        raise NotExportableError(unsupported_reason(cfg))
     from mmengine.logging import MMLogger
     logger = MMLogger.get_current_instance()
     level = logger.level

@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from .ops import (
     INVALID_SCORE,
+    NotExportableError,
     batched_nms_rows,
     check_box_coder,
     check_nms,
@@ -28,11 +29,6 @@ from .ops import (
     roi_align_levels,
     top_rows,
 )
-
-
-class NotExportableError(NotImplementedError):
-    """A stage of a model that the whole-model export cannot write; the message names the
-    stage and why."""
 
 
 def _require(ok: bool, stage: str, why: str) -> None:

@@ -28,16 +28,33 @@ from torch import Tensor, nn
 
 from .detectors import NotExportableError, OneStageEnd2End, TwoStageEnd2End
 
-# What the DETR-style and mask-classification models' predict depends on that the graph
-# cannot hold, as measured (docs/deployment.md, "Limits").
+# Where the deformable-attention models stop (measured with torch 2.13, MMDetection 3.3,
+# MMCV 2.1; docs/deployment.md, "What does not export"): both build a tensor of the feature
+# maps' sizes and read the sizes back from it, which torch.export cannot trace.
+_DEFORMABLE = ('{model}: {stage} builds the feature maps\' sizes as a tensor '
+               '(torch._shape_as_tensor: "data is not allocated yet" under torch.export), and '
+               'past that {reader} reads the sizes back from that tensor (data-dependent '
+               'shapes); the whole model does not export')
 UNSUPPORTED = {
-    'DINO': 'DINO (head): MMCV MultiScaleDeformableAttention splits its values by the '
-            'feature maps\' sizes read from a tensor (value_spatial_shapes), a data-dependent '
-            'split that torch.export cannot trace; see docs/deployment.md',
-    'Mask2Former': 'Mask2Former (pixel decoder): MMCV MultiScaleDeformableAttention splits its '
-                   'values by sizes read from a tensor, which torch.export cannot trace; see '
-                   'docs/deployment.md',
+    'DINO': _DEFORMABLE.format(
+        model='DINO', stage='DeformableDETR.pre_transformer',
+        reader="the encoder's reference points (torch.linspace over each level's H, W)"),
+    'Mask2Former': _DEFORMABLE.format(
+        model='Mask2Former', stage="the pixel decoder (MSDeformAttnPixelDecoder.forward)",
+        reader="MMCV's MultiScaleDeformableAttention (an assert on the sizes' product)"),
 }
+
+
+def unsupported_reason(cfg) -> str:
+    """Why a config's whole model does not export, read from the config alone ('' when
+    nothing known stops it): saves building a large model only to refuse it."""
+    model = cfg.get('model') or {}
+    head = (model.get('decode_head') or {}).get('type', '')
+    if model.get('type') in UNSUPPORTED:
+        return UNSUPPORTED[model['type']]
+    if isinstance(head, str) and 'Mask2Former' in head:
+        return UNSUPPORTED['Mask2Former']
+    return ''
 
 
 def _task_kind(model: nn.Module) -> str:
@@ -56,8 +73,7 @@ class SegmentorEnd2End(nn.Module):
     def __init__(self, model: nn.Module):
         super().__init__()
         head = model.decode_head
-        kind = type(head).__name__
-        if kind in UNSUPPORTED or 'Mask2Former' in kind:
+        if 'Mask2Former' in type(head).__name__:
             raise NotExportableError(UNSUPPORTED['Mask2Former'])
         mode = (model.test_cfg or {}).get('mode', 'whole')
         if mode != 'whole':

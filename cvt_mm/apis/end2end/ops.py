@@ -20,6 +20,12 @@ from torch import Tensor
 
 from ...compat import HAS_ONNX_DYNAMO_EXPORT
 
+
+class NotExportableError(NotImplementedError):
+    """A stage of a model that the whole-model export cannot write; the message names the
+    stage and why."""
+
+
 # The score of a row that holds nothing: below every probability, so ranking puts it last.
 INVALID_SCORE = -1.0
 
@@ -117,10 +123,10 @@ def batched_nms_rows(boxes: Tensor, scores: Tensor, ids: Tensor, valid: Tensor,
 
 # --------------------------------------------------------------------------- boxes
 def check_box_coder(coder, stage: str) -> None:
-    """``NotImplementedError`` naming ``stage`` unless ``coder`` is MMDetection's
+    """``NotExportableError`` naming ``stage`` unless ``coder`` is MMDetection's
     ``DeltaXYWHBBoxCoder`` (the coder of every config of ours that exports)."""
     if type(coder).__name__ != 'DeltaXYWHBBoxCoder':
-        raise NotImplementedError(
+        raise NotExportableError(
             f'{stage}: box coder {type(coder).__name__} has no export-friendly decoding '
             '(supported: DeltaXYWHBBoxCoder)')
 
@@ -168,17 +174,17 @@ def roi_align_levels(extractor, feats: Sequence[Tensor], rois: Tensor) -> Tensor
 
 
 def check_roi_extractor(extractor, stage: str) -> None:
-    """``NotImplementedError`` naming ``stage`` unless ``extractor`` pools as ``roi_align``
+    """``NotExportableError`` naming ``stage`` unless ``extractor`` pools as ``roi_align``
     does: MMDetection's ``SingleRoIExtractor`` over MMCV ``RoIAlign`` layers with
     ``aligned=True`` and average pooling."""
     kind = type(extractor).__name__
     if kind != 'SingleRoIExtractor':
-        raise NotImplementedError(f'{stage}: RoI extractor {kind} is not supported '
+        raise NotExportableError(f'{stage}: RoI extractor {kind} is not supported '
                                   '(supported: SingleRoIExtractor)')
     for layer in extractor.roi_layers:
         if (type(layer).__name__ != 'RoIAlign' or not getattr(layer, 'aligned', False)
                 or getattr(layer, 'pool_mode', 'avg') != 'avg'):
-            raise NotImplementedError(
+            raise NotExportableError(
                 f'{stage}: RoI layer {layer!r} is not supported (supported: MMCV RoIAlign '
                 'with aligned=True and pool_mode="avg", which ONNX RoiAlign computes)')
 
@@ -221,10 +227,10 @@ def paste_masks(masks: Tensor, boxes: Tensor, height, width, threshold: float) -
 
 
 def check_nms(cfg, stage: str) -> float:
-    """The IoU threshold of a ``test_cfg``'s plain ``nms``; ``NotImplementedError`` naming
+    """The IoU threshold of a ``test_cfg``'s plain ``nms``; ``NotExportableError`` naming
     ``stage`` for another kind (soft-NMS reweights scores, which ONNX's operator cannot)."""
     nms = cfg.get('nms') or {}
     if nms.get('type', 'nms') != 'nms' or nms.get('class_agnostic', False):
-        raise NotImplementedError(f'{stage}: NMS {dict(nms)} is not supported (supported: '
+        raise NotExportableError(f'{stage}: NMS {dict(nms)} is not supported (supported: '
                                   "type='nms', per class, as ONNX NonMaxSuppression)")
     return float(nms['iou_threshold'])
