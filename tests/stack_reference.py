@@ -1,15 +1,21 @@
 """The seven models' outputs for weights and an input made without torch's random generator,
 so that every stack builds the same numbers: the stack check compares each stack with the file
-the pinned stack wrote (tests/test_stacks/pinned_outputs.npz).
+the pinned stack wrote (tests/test_stacks/pinned_outputs.npz). And a short training run's
+record (:func:`training_record`: the losses of each iteration and a digest of the final
+weights), compared with the pinned stack's (tests/test_stacks/pinned_training.json).
 
     .venv/bin/python tests/stack_reference.py            # rewrite it (on the pinned stack only)
     .venv-prebuilt/bin/python tests/stack_reference.py --compare   # this stack's differences
+    .venv/bin/python tests/stack_reference.py --training WORK_DIR INIT   # rewrite the record
+    .venv-prebuilt/bin/python tests/stack_reference.py --compare-training WORK_DIR INIT
 
 Weights and input come from PCG64's raw 64-bit stream (numpy's bit generators promise the same
 stream on every release, which their distributions do not), scaled to uniform values of the
 spread each tensor's kind needs: fan-in scaled matrices, norm weights near 1, small biases,
 BatchNorm statistics away from 0 and 1 (so that loading them is checked too).
 """
+import glob
+import json
 import os.path as osp
 import sys
 import zlib
@@ -21,6 +27,7 @@ from cvt_mm.models import CMTModel, CvTModel
 
 HERE = osp.dirname(osp.abspath(__file__))
 REFERENCE = osp.join(HERE, 'test_stacks', 'pinned_outputs.npz')
+TRAINING_REFERENCE = osp.join(HERE, 'test_stacks', 'pinned_training.json')
 MODELS = {'cvt_13': lambda: CvTModel('13'), 'cvt_21': lambda: CvTModel('21'),
           'cvt_w24': lambda: CvTModel('w24'), 'cmt_ti': lambda: CMTModel('ti'),
           'cmt_xs': lambda: CMTModel('xs'), 'cmt_s': lambda: CMTModel('s'),
@@ -90,9 +97,72 @@ def compare() -> int:
     return 0
 
 
+def training_record(work_dir: str, init: str, checkpoint: str = 'iter_4.pth') -> dict:
+    """A finished run's losses per iteration (MMEngine's ``vis_data/scalars.json``) and a
+    digest of what training changed: per tensor, the L2 norm of its update (the checkpoint's
+    weights minus ``init``'s) and two projections of the update onto fixed vectors of
+    :func:`uniform` (stack-independent), so that a different update moves the digest by about
+    its own size without the file holding the weights."""
+    from cvt_mm.checkpoint import read_local
+    scalars = sorted(glob.glob(osp.join(work_dir, '*', 'vis_data', 'scalars.json')))[-1]
+    losses = {}
+    with open(scalars) as f:
+        for line in f:
+            entry = json.loads(line)
+            if 'loss' in entry:
+                losses[str(entry['iter'])] = {k: v for k, v in entry.items() if 'loss' in k}
+    start = read_local(init, mmap=False)['state_dict']
+    end = read_local(osp.join(work_dir, checkpoint), mmap=False)['state_dict']
+    update = {k: end[k] - start[k] for k in end if end[k].is_floating_point()}
+    return dict(torch_version=torch.__version__, losses=losses, update=update_digest(update))
+
+
+def update_digest(update: dict) -> dict:
+    """Per tensor of ``update``: its L2 norm and two projections (see :func:`training_record`)."""
+    digest = {}
+    for key, t in update.items():
+        v = t.double().flatten().numpy()
+        seed = zlib.crc32(key.encode())
+        digest[key] = [float(np.linalg.norm(v))] + [
+            float(uniform(seed + i, v.size) @ v) for i in range(2)]
+    return digest
+
+
+def compare_training(record: dict, reference: dict) -> dict:
+    """How far ``record`` is from ``reference``: ``losses``, the largest difference relative to
+    the loss (and where); ``update``, the difference of the update's projections over all
+    tensors relative to the size of the reference's whole update (a relative error of the
+    update, about 0.6x its true value: a projection onto uniform [-1, 1) entries keeps 1/3 of
+    the squared norm)."""
+    assert record['losses'].keys() == reference['losses'].keys(), 'other iterations logged'
+    assert record['update'].keys() == reference['update'].keys(), 'other weights'
+    losses = max((abs(v - reference['losses'][i][k]) / max(abs(reference['losses'][i][k]),
+                                                             1e-12), f'iteration {i} {k}')
+                 for i, entry in record['losses'].items() for k, v in entry.items())
+    moved = sum(sum((a - b) ** 2 for a, b in zip(v[1:], reference['update'][k][1:]))
+                for k, v in record['update'].items())
+    size = sum(v[0] ** 2 for v in reference['update'].values())
+    worst = max(record['update'], key=lambda k: sum(
+        (a - b) ** 2 for a, b in zip(record['update'][k][1:], reference['update'][k][1:])))
+    return dict(losses=losses, update=(float(np.sqrt(moved / max(size, 1e-300))),
+                                       f'most in {worst}'))
+
+
 def main() -> int:
     if sys.argv[1:] == ['--compare']:
         return compare()
+    if len(sys.argv) == 4 and sys.argv[1] in ('--training', '--compare-training'):
+        record = training_record(sys.argv[2], sys.argv[3])
+        if sys.argv[1] == '--training':
+            with open(TRAINING_REFERENCE, 'w') as f:
+                json.dump(record, f, indent=1, sort_keys=True)
+            print('wrote', TRAINING_REFERENCE)
+            return 0
+        with open(TRAINING_REFERENCE) as f:
+            reference = json.load(f)
+        print(f'torch {torch.__version__} against the record of torch '
+              f'{reference["torch_version"]}:', compare_training(record, reference))
+        return 0
     found = {}
     for name in MODELS:
         found.update(outputs(name))

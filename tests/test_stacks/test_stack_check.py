@@ -292,9 +292,18 @@ def test_compiled_training_over_several_sizes_trains_as_eager(family, tmp_path):
 @pytest.fixture(scope='module')
 def resumed(data, tmp_path_factory):
     """UperNet on a narrow CvT (drop path: the forward draws random numbers), seeded and
-    deterministic, two persistent data workers: 4 iterations straight, and 2 then --resume."""
+    deterministic, two persistent data workers: 4 iterations straight, and 2 then --resume.
+
+    So that every stack trains the same run (test_training_gives_the_pinned_stack_s_...), it
+    starts from weights made without torch's generator (stack_reference.fill, loaded through
+    ``load_from``: torch 2.1's ``trunc_normal_`` draws other numbers than 2.13's for one
+    seed) and the heads' dropout is off (``bernoulli_``'s numbers changed too; drop path
+    draws with ``torch.rand``, which did not). The losses are logged per iteration, and the
+    optimizer is SGD at a constant learning rate."""
+    from cvt_mm.apis.builders import build_model_from_config
     root = tmp_path_factory.mktemp('resume')
     runs = {}
+    init = str(root / 'init.pth')
     for name in ('straight', 'resumed'):
         work = str(root / name)
         config = narrow_config(seg_user_config(
@@ -305,8 +314,22 @@ def resumed(data, tmp_path_factory):
                                                interval=2))), 'seg')
         with open(root / f'{name}_workers.py', 'w') as f:
             f.write(f'_base_ = {config!r}\n'
-                    'train_dataloader = dict(num_workers=2, persistent_workers=True)\n')
+                    'train_dataloader = dict(num_workers=2, persistent_workers=True)\n'
+                    'model = dict(decode_head=dict(dropout_ratio=0.0),\n'
+                    '             auxiliary_head=dict(dropout_ratio=0.0))\n'
+                    'log_processor = dict(window_size=1)\n'
+                    f'load_from = {init!r}\n'
+                    # Plain SGD at a constant rate, so that 4 steps change the weights by far
+                    # more than kernels' rounding (the recipe warms up from 6e-11), and
+                    # parameters without a gradient in theory stay put (AdamW scales their
+                    # rounding noise up to whole steps: the key projection's bias).
+                    'optim_wrapper = dict(optimizer=dict(\n'
+                    "    _delete_=True, type='SGD', lr=0.02, momentum=0.9, weight_decay=1e-4))\n"
+                    'param_scheduler = []\n')
         config = str(root / f'{name}_workers.py')
+        if not osp.exists(init):
+            model = stack_reference.fill(build_model_from_config(config), 'upernet_narrow')
+            torch.save({'state_dict': model.state_dict()}, init)
         if name == 'resumed':
             _run_tool(['train.py', config, '--cfg-options', 'train_cfg.max_iters=2'])
             proc = _run_tool(['train.py', config, '--resume'])
@@ -314,6 +337,7 @@ def resumed(data, tmp_path_factory):
         else:
             _run_tool(['train.py', config])
         runs[name] = osp.join(work, 'iter_4.pth')
+    runs['init'] = init
     return runs
 
 
@@ -332,6 +356,50 @@ def test_resume_is_exact_within_the_stack(resumed):
     for index in a:
         for name, value in a[index].items():
             assert torch.equal(torch.as_tensor(value), torch.as_tensor(b[index][name]))
+
+
+# Largest differences allowed from the pinned stack's record of the same run (the resumed
+# fixture's uninterrupted one: initial weights, seed, data and iterations fixed): relative to
+# each loss, and of the whole update of the weights relative to its size
+# (tests/stack_reference.py, compare_training). Measured (2026-12-07, `python
+# tests/stack_reference.py --compare-training WORK_DIR INIT`; the run's loss falls from 2.08
+# to 1.66, its update is 13 % of the weights' norm): prebuilt (torch 2.1.2's kernels) 1.6e-5
+# (losses) and 7.0e-5 (update), fork (torch 2.14.1) 0 and 0, bit-exact. The tolerances leave
+# 14x and 30x of margin and still fail a learning rate 5 % off or a layer left untrained
+# (test_a_wrong_update_is_far_outside_the_training_tolerance).
+TRAINING_TOLERANCE = dict(losses=5e-4, update=1e-3)
+
+
+@pytest.mark.slow
+@pytest.mark.xdist_group('resume')
+def test_training_gives_the_pinned_stack_s_losses_and_update(resumed):
+    """Four seeded iterations of a narrow UperNet (two data workers, drop path) on each stack
+    against the pinned stack's stored record: a stack whose training silently goes wrong (a
+    kernel, a loss, an optimizer or a pipeline that differs) fails here, where the metric the
+    tool tests above print could still look plausible."""
+    with open(stack_reference.TRAINING_REFERENCE) as f:
+        reference = json.load(f)
+    record = stack_reference.training_record(osp.dirname(resumed['straight']), resumed['init'])
+    errors = stack_reference.compare_training(record, reference)
+    for kind, (error, where) in errors.items():
+        assert error <= TRAINING_TOLERANCE[kind], (
+            f'{kind}: {error:.2e} ({where}) from the pinned stack\'s record (torch '
+            f'{reference["torch_version"]}); allowed {TRAINING_TOLERANCE[kind]:.0e}')
+
+
+def test_a_wrong_update_is_far_outside_the_training_tolerance():
+    """The comparison tells a training that went wrong from kernels' rounding: the stored
+    update 5 % larger everywhere (a learning rate 5 % off), or with one layer's update missing
+    (a layer left untrained), is 10x outside the tolerance and more."""
+    with open(stack_reference.TRAINING_REFERENCE) as f:
+        reference = json.load(f)
+    larger = {k: [x * 1.05 for x in v] for k, v in reference['update'].items()}
+    key = 'decode_head.fpn_bottleneck.conv.weight'
+    frozen = dict(reference['update'], **{key: [0.0, 0.0, 0.0]})
+    for update in (larger, frozen):
+        error, _ = stack_reference.compare_training(dict(reference, update=update),
+                                                    reference)['update']
+        assert error > 10 * TRAINING_TOLERANCE['update'], error
 
 
 class _Payload:
