@@ -132,7 +132,12 @@ if ! "$VENV/bin/python" -c "import mmcv, mmcv.ops" 2>/dev/null; then
         echo "setup_env[$STACK]: this torch's headers need C++20: building $mmcv with -std=c++20"
         sed -i "s/-std=c++17/-std=c++20/g" "$srcdir/setup.py"
     fi
-    "${with_tools[@]}" MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
+    # Every unit of mmcv's ops first includes torch's headers through the same two files:
+    # the compiler wrapper precompiles them once per build (tools/misc/pch-c++: each unit 2.6-3.5x
+    # faster, the objects byte-identical; docs/installation.md).
+    pch_cxx=(CXX="$(pwd)/tools/misc/pch-c++" CVT_MM_REAL_CXX="${CXX:-c++}"
+             CVT_MM_PCH_DIR="$src/pch")
+    "${with_tools[@]}" "${pch_cxx[@]}" MMCV_WITH_OPS=1 MAX_JOBS=${MAX_JOBS:-$(nproc)} \
         "${pip[@]}" wheel -q --no-build-isolation --no-deps -w "$wheels" "$srcdir"
     "${pip[@]}" install -q $(pin numpy) $(pin opencv-python) "$wheels"/*.whl
     rm -rf "$src"
