@@ -27,9 +27,8 @@ from mmengine.config import Config
 from mmengine.logging import MMLogger
 from mmengine.registry import DefaultScope, init_default_scope
 from torch import nn
-from torch.nn.modules.batchnorm import _BatchNorm
-from torch.nn.modules.instancenorm import _InstanceNorm
 
+from ..engine.norm_decay import NORMS  # the norms MMEngine's norm_decay_mult applies to
 from .builders import load_config, model_config, task_of
 
 __all__ = ['COLUMNS', 'DATASET_IMAGES', 'describe_recipe', 'build_parameter_groups',
@@ -44,8 +43,6 @@ COLUMNS = ('batch', 'optimizer', 'backbone LR', 'no weight decay', 'schedule', '
            'drop path', 'EMA', 'BatchNorm', 'augmentation')
 #: The kinds of parameter the ``no weight decay`` cell reports, in its order.
 KINDS = ('norms', 'biases', 'cls token', 'rel-pos', 'embeddings')
-# The layers MMEngine's optimizer constructor counts as norms (its norm_decay_mult).
-NORMS = (_BatchNorm, _InstanceNorm, nn.GroupNorm, nn.LayerNorm)
 _WRAPPERS = ('RepeatDataset', 'ClassBalancedDataset', 'MultiImageMixDataset')
 
 
