@@ -263,7 +263,7 @@ def safe_load(f, map_location='cpu', extra_globals: Iterable = (), mmap: bool = 
 # ------------------------------------------------------------------------ transformers
 def huggingface_unavailable() -> Optional[str]:
     """Why the Hugging Face classes cannot be used here, or ``None`` when they can: they are
-    written against transformers >= 5.10 (``transformers.backbone_utils``), which needs torch
+    written against transformers >= 5.23 (``transformers.backbone_utils``), which needs torch
     >= 2.6."""
     from importlib import metadata
     from importlib.util import find_spec
@@ -272,13 +272,13 @@ def huggingface_unavailable() -> Optional[str]:
     except metadata.PackageNotFoundError:
         version = None
     if version is None or find_spec('transformers') is None:
-        need = ('pip install "cvt_mm[hf]" (transformers >= 5.10, which needs torch >= 2.6)')
+        need = ('pip install "cvt_mm[hf]" (transformers >= 5.23, which needs torch >= 2.6)')
         if not has('compiler_is_exporting'):
             need += f'; this is torch {torch.__version__}: no transformers 5 runs on it'
         return f'transformers is not installed: {need}'
     if find_spec('transformers.backbone_utils') is None:
         return (f'transformers {version} is installed; cvt_mm\'s Hugging Face classes need '
-                'transformers >= 5.10 (transformers.backbone_utils), which needs torch >= 2.6')
+                'transformers >= 5.23 (transformers.backbone_utils), which needs torch >= 2.6')
     return None
 
 

@@ -73,3 +73,53 @@ def test_selective_recomputation_says_which_torch_it_needs_where_it_is_missing()
     else:
         with pytest.raises(RuntimeError, match=r'selective_cp=True .*needs torch >= 2\.4'):
             CMTModel('ti', num_classes=0, selective_cp=True)
+
+
+def _bounded_requirements():
+    """pyproject's requirements with a lower and an upper bound: name -> (lower, upper)."""
+    import re
+
+    import tomllib
+    with open(osp.join(ROOT, 'pyproject.toml'), 'rb') as f:
+        project = tomllib.load(f)['project']
+    lines = list(project['dependencies'])
+    for extra in project['optional-dependencies'].values():
+        lines += [r for r in extra if not r.startswith('cvt_mm')]
+    bounds = {}
+    for name, spec in parse_requirements(lines).items():
+        lower = [v for op, v in spec if op == '>=']
+        upper = [v for op, v in spec if op == '<']
+        if lower and upper:
+            bounds[re.sub(r'[-_.]+', '-', name)] = (lower[0], upper[0])
+    return bounds
+
+
+def test_the_package_s_bounds_are_the_tested_range():
+    """Each bounded requirement of pyproject.toml runs from the lowest version a tested stack
+    pins to below the minor after the newest (as its comment promises): no untested release
+    is allowed, and none a stack tests is refused."""
+    pinned, newer = {}, set()
+    for stack_name, stack in STACKS.items():
+        with open(osp.join(ROOT, stack.requirements)) as f:
+            for name, spec in parse_requirements(f).items():
+                exact = [v for op, v in spec if op in ('==', '===')]
+                if exact:
+                    pinned.setdefault(name, []).append(exact[0])
+                    if stack_name != 'prebuilt':
+                        newer.add(name)
+    checked = []
+    for name, (lower, upper) in _bounded_requirements().items():
+        # What the newer stacks pin (a pin of the prebuilt stack alone, such as MMDeploy's
+        # tensorboard, holds that old stack to a release, not the package's range).
+        if name not in newer:
+            continue
+        tested = sorted(pinned[name])
+        newest = tested[-1]
+        want_upper = (newest[0], newest[1] + 1)
+        pad = lambda v: tuple(v) + (0, ) * (3 - len(v))  # noqa: E731  (0.11 is 0.11.0)
+        assert pad(lower) == pad(tested[0]), \
+            f'{name}: lower bound {lower}, lowest tested {tested[0]}'
+        assert tuple(upper[:2]) == want_upper and all(p == 0 for p in upper[2:]), \
+            f'{name}: upper bound {upper}, newest tested {newest}: want <{want_upper}'
+        checked.append(name)
+    assert {'torch', 'transformers', 'timm', 'mmengine', 'mmcv'} <= set(checked), checked
