@@ -38,6 +38,21 @@ from cvt_mm.apis.builders import (  # noqa: F401  (re-exported for the tests)
 
 # The checkout, with its configs and tools.
 ROOT = osp.dirname(osp.dirname(osp.abspath(__file__)))
+
+
+def _tested_stacks() -> dict:
+    """tools/misc/stacks.py's table of the tested stacks (the repository's, not the
+    package's), loaded by its path as tools/misc/check_stack.py loads it."""
+    spec = importlib.util.spec_from_file_location(
+        'cvt_mm_tested_stacks', osp.join(ROOT, 'tools', 'misc', 'stacks.py'))
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # NamedTuple needs its module while the class is made
+    spec.loader.exec_module(module)
+    return module.STACKS
+
+
+#: name -> Stack(venv, python, requirements, extras, imports) of each tested stack.
+STACKS = _tested_stacks()
 CONFIGS = osp.join(ROOT, 'configs')
 TOOLS = osp.join(ROOT, 'tools')
 # Side of the tiny detection datasets' images.

@@ -134,7 +134,7 @@ LOADED = textwrap.dedent('''
 ''')
 
 # What the tools load to launch a run, and what only the tools and benchmarks use.
-LAUNCH_MODULES = {'cvt_mm.engine.launch', 'cvt_mm.engine.layer_decay'}
+LAUNCH_MODULES = {'cvt_mm.apis.launch', 'cvt_mm.engine.layer_decay'}
 TOOL_SUPPORT = 'cvt_mm.apis'  # the package of builders, flops, deployment, visualization
 TOOL_MODULES = {'benchmarks'}
 MODEL_ZOOS = {'mmdet.models', 'mmseg.models', 'mmpretrain.models', 'matplotlib'}

@@ -45,7 +45,7 @@ if [ "$MAX_RESTARTS" -gt 0 ]; then
     fi
     if [ -n "${LOCAL_ADDR:-}" ]; then RENDEZVOUS+=(--local-addr="$LOCAL_ADDR"); fi
     # A new store per attempt, served by its rank 0: the agents' shared one is namespaced by
-    # a restart count that differs between nodes (cvt_mm.engine.launch.init_process_group).
+    # a restart count that differs between nodes (cvt_mm.apis.launch.init_process_group).
     export TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1
 else
     RENDEZVOUS=(--node_rank="${NODE_RANK:-0}" --master_addr="$MASTER_ADDR"
@@ -55,7 +55,7 @@ fi
 # torchrun forwards these signals to the workers (sbatch --signal=USR1@90 sends SIGUSR1) and
 # waits SHUTDOWN_TIMEOUT seconds for them; both are read from the environment, so a torchrun
 # too old to know them ignores them. torchrun is this subshell's process once exec'd: its
-# ranks learn its pid, and stop when it dies (cvt_mm.engine.launch.stop_with_launcher).
+# ranks learn its pid, and stop when it dies (cvt_mm.apis.launch.stop_with_launcher).
 ( export CVT_MM_LAUNCHER_PID=$BASHPID
   PET_SIGNALS_TO_HANDLE=${PET_SIGNALS_TO_HANDLE:-SIGTERM,SIGINT,SIGHUP,SIGQUIT,SIGUSR1} \
   TORCH_ELASTIC_SHUTDOWN_TIMEOUT=${SHUTDOWN_TIMEOUT:-120} \

@@ -11,7 +11,7 @@ from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
 from cvt_mm.checkpoint import checkpoint_misfit
-from cvt_mm.engine.launch import (
+from cvt_mm.apis.launch import (
     build_runner,
     config_from_args,
     run_and_finish,

@@ -7,8 +7,11 @@
 - :mod:`cvt_mm.apis.deployment`: ONNX export and its check with ONNX Runtime (the ``deploy``
   extra);
 - :mod:`cvt_mm.apis.visualization`: a detector's predictions drawn larger than its input;
-- :mod:`cvt_mm.apis.stacks`: the tested stacks and the package combinations that cannot work
-  (standard library only: the set-up checks a stack with it before installing anything);
+- :mod:`cvt_mm.apis.launch`: what ``tools/train.py`` and ``tools/test.py`` do around the
+  runner (the command line, slurm's environment, the process group, the checkpoint to
+  continue from, exit code 75 on preemption);
+- :mod:`cvt_mm.apis.stacks`: the package combinations that cannot work (standard library
+  only: the set-up checks a stack's requirements with it before installing anything);
 - :mod:`cvt_mm.apis.collect_env`: ``python -m cvt_mm.apis.collect_env``, the versions found
   and which parts of cvt_mm work in this environment.
 

@@ -1,17 +1,8 @@
-"""The tested stacks, and the combinations of packages that cannot work, checked before a long
-build (``tools/misc/setup_env.sh``) and in an environment of one's own
-(``python -m cvt_mm.apis.collect_env``). Standard library only: the set-up runs it before anything
-is installed (``tools/misc/check_stack.py`` loads this file by path).
-
-================  ======  =========================  =========================================
-stack             Python  requirements               what it is
-================  ======  =========================  =========================================
-``prebuilt``      3.11    requirements/prebuilt.txt  OpenMMLab's last prebuilt stack: torch 2.1.2,
-                                                     mmcv 2.1.0, numpy 1; no Hugging Face
-``pinned``        3.11    requirements.txt           the demo's and the full suite's
-``fork``          3.12    requirements/fork.txt      the OneDL forks, torch 2.14.1,
-                                                     transformers 5.25
-================  ======  =========================  =========================================
+"""The combinations of packages that cannot work (:func:`problems`), for any environment or
+requirements file: ``python -m cvt_mm.apis.collect_env`` applies them to the environment at
+hand, and the repository's set-up (``tools/misc/check_stack.py``, with the tested stacks of
+``tools/misc/stacks.py``) to a stack's requirements before its long build. Standard library
+only: the set-up runs it before anything is installed (it loads this file by path).
 
 Example::
 
@@ -21,34 +12,9 @@ Example::
 from __future__ import annotations
 
 import re
-from typing import Dict, Iterable, List, NamedTuple, Optional, Sequence, Tuple
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
-__all__ = ['Stack', 'STACKS', 'parse_requirements', 'installed_as_spec', 'problems']
-
-
-class Stack(NamedTuple):
-    """One tested stack: its virtual environment, interpreter, requirements, the extras of
-    cvt_mm it uses, and the modules its set-up checks import."""
-    venv: str
-    python: str
-    requirements: str
-    extras: Tuple[str, ...]
-    imports: Tuple[str, ...]
-
-
-_COMMON = ('torch', 'torchvision', 'mmcv.ops', 'mmdet', 'mmseg', 'mmpretrain', 'timm',
-           'segmentation_models_pytorch', 'torchdata.stateful_dataloader', 'cvt_mm')
-STACKS: Dict[str, Stack] = {
-    'prebuilt': Stack('.venv-prebuilt', '3.11', 'requirements/prebuilt.txt',
-                      ('det', 'seg', 'cls', 'timm', 'smp', 'tests', 'mmdeploy'),
-                      _COMMON + ('mmdeploy.apis', 'onnxruntime')),
-    'pinned': Stack('.venv', '3.11', 'requirements.txt',
-                    ('det', 'seg', 'cls', 'timm', 'hf', 'smp', 'tests', 'deploy', 'docs'),
-                    _COMMON + ('transformers', 'onnxruntime', 'onnxscript', 'sphinx')),
-    'fork': Stack('.venv-fork', '3.12', 'requirements/fork.txt',
-                  ('det-onedl', 'seg-onedl', 'cls-onedl', 'timm', 'hf', 'smp', 'tests', 'deploy'),
-                  _COMMON + ('transformers', 'onnxruntime', 'onnxscript')),
-}
+__all__ = ['parse_requirements', 'installed_as_spec', 'problems']
 
 Version = Tuple[int, ...]
 Spec = List[Tuple[str, Version]]  # e.g. [('>=', (77,)), ('<', (81,))]; [] = any version

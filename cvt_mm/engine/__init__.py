@@ -1,6 +1,7 @@
 """Training pieces for MMEngine runners, registered on import; which module holds which
-behaviour: docs/development.md, "The engine". The launch layer (:mod:`.launch`) and layer
-decay's class (MMPretrain's engine loads its and MMDetection's model zoos) load on use."""
+behaviour: docs/development.md, "The engine". Layer decay's class (MMPretrain's engine loads
+its and MMDetection's model zoos) loads on use; what the tools do around a runner is theirs
+(:mod:`cvt_mm.apis.launch`)."""
 import importlib
 
 from mmengine.registry import OPTIM_WRAPPER_CONSTRUCTORS

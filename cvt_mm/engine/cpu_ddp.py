@@ -1,6 +1,6 @@
 """DDP over CPU modules (gloo): MMEngine's DDP wrapper assumes GPUs (``device_ids``), and
 PyTorch's refuses CPU modules holding ``SyncBatchNorm`` layers, which every MMSegmentation base
-config has. :func:`cvt_mm.engine.launch.prepare_distributed` selects
+config has. :func:`cvt_mm.apis.launch.prepare_distributed` selects
 :class:`CPUDistributedDataParallel` for a distributed launch without CUDA.
 """
 from mmengine.logging import print_log

@@ -138,7 +138,7 @@ def test_a_killed_launcher_stops_its_ranks_at_a_checkpoint_and_resume_ends_ident
         reference_run):
     """SIGKILL of torchrun (found by tests/soak.py: its ranks trained on, writing
     checkpoints beside the job then resumed in their work dir): the ranks get SIGTERM
-    (cvt_mm.engine.launch.stop_with_launcher), write the next iteration's checkpoint and end;
+    (cvt_mm.apis.launch.stop_with_launcher), write the next iteration's checkpoint and end;
     ``--resume`` continues from it to the uninterrupted run's weights."""
     root, config, reference = reference_run
     work = root / 'launcher_killed'

@@ -32,7 +32,7 @@ from cvt_mm.engine.exact_resume import (
     start_loader_at,
 )
 from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
-from cvt_mm.engine.launch import (
+from cvt_mm.apis.launch import (
     choose_resume,
     find_resumable_checkpoint,
     first_slurm_host,
@@ -295,7 +295,7 @@ time.sleep(600)
 """
 RANK = """
 import signal, sys, time
-from cvt_mm.engine.launch import stop_with_launcher
+from cvt_mm.apis.launch import stop_with_launcher
 def stop(signum, frame):
     print(signal.Signals(signum).name, flush=True)
     sys.exit(0)
@@ -652,7 +652,7 @@ SIDE_GROUP = textwrap.dedent('''
     import torch.distributed as dist
     import cvt_mm  # noqa
     from cvt_mm.engine.hooks import FiniteLossHook
-    from cvt_mm.engine.launch import finish_distributed
+    from cvt_mm.apis.launch import finish_distributed
     from cvt_mm.engine.hooks import PreemptionHook
 
     dist.init_process_group('gloo')
@@ -723,7 +723,7 @@ FINISHED_RUNNER = textwrap.dedent('''
     import json, os, sys, types
     import torch
     import torch.distributed as dist
-    from cvt_mm.engine.launch import finish_distributed
+    from cvt_mm.apis.launch import finish_distributed
     from sitecustomize import gloo_threads  # tests/exit_probe, on the PYTHONPATH
 
     def train():
@@ -948,7 +948,7 @@ def test_the_preemption_hook_a_config_lists_answers_signals_when_training_only(t
 STOP_AROUND_THE_RUN = """
 import atexit, os, signal, sys
 from mmengine.hooks import Hook
-from cvt_mm.engine.launch import run_and_finish
+from cvt_mm.apis.launch import run_and_finish
 from test_cluster_units import _toy_runner
 moment, name, work_dir = sys.argv[1:]
 stop = lambda: os.kill(os.getpid(), getattr(signal, name))
@@ -1139,8 +1139,8 @@ CHOOSE = textwrap.dedent('''
     import torch.distributed as dist
     from mmengine.config import Config
     import cvt_mm  # noqa
-    from cvt_mm.engine import launch
-    from cvt_mm.engine.launch import choose_resume, finish_distributed
+    from cvt_mm.apis import launch
+    from cvt_mm.apis.launch import choose_resume, finish_distributed
 
     work, rank = sys.argv[1], int(os.environ['RANK'])
     looked = os.path.join(work, 'rank_0_looked')

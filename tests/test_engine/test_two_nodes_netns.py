@@ -261,7 +261,7 @@ def test_a_rank_killed_on_node_1_restarts_both_nodes_and_both_resume(nodes, conf
             assert shells[node].poll() is None and time.time() < deadline, \
                 f'node {node} did not restart its rank'
             time.sleep(0.05)
-    # Only node 1's agent counts the restart (cvt_mm.engine.launch.init_process_group
+    # Only node 1's agent counts the restart (cvt_mm.apis.launch.init_process_group
     # takes the largest count to every rank).
     assert counts == {0: '0', 1: '1'}
     codes = _wait_all(shells, logs)
@@ -303,7 +303,7 @@ def test_restarts_across_nodes_on_the_agents_shared_store_are_refused(monkeypatc
     """torchrun's defaults (the store shared by the agents) with restarts on two nodes: the
     restart counts would differ between the nodes and the ranks wait on each other until
     the timeout; init_process_group says so at the start, naming the fix."""
-    from cvt_mm.engine.launch import init_process_group
+    from cvt_mm.apis.launch import init_process_group
     for key, value in dict(TORCHELASTIC_RESTART_COUNT='0', TORCHELASTIC_MAX_RESTARTS='1',
                            TORCHELASTIC_USE_AGENT_STORE='True', GROUP_WORLD_SIZE='2',
                            RANK='1', WORLD_SIZE='2', MASTER_ADDR='127.0.0.1',

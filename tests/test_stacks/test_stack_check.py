@@ -34,10 +34,10 @@ import torch
 
 import cvt_mm  # noqa: F401  (registers everywhere it can)
 from cvt_mm import compat
-from cvt_mm.apis.stacks import STACKS, installed_as_spec, parse_requirements
+from cvt_mm.apis.stacks import installed_as_spec, parse_requirements
 
 from dumped_metrics import printed_metric
-from helpers import ROOT, det_user_config, narrow_config, run_tool, seg_user_config
+from helpers import ROOT, STACKS, det_user_config, narrow_config, run_tool, seg_user_config
 
 sys.path.insert(0, osp.dirname(osp.dirname(osp.abspath(__file__))))
 import stack_reference  # noqa: E402

@@ -10,9 +10,9 @@ import pytest
 
 import cvt_mm  # noqa: F401  (allow-lists MMEngine's checkpoint types)
 from cvt_mm import compat
-from cvt_mm.apis.stacks import STACKS, parse_requirements, problems
+from cvt_mm.apis.stacks import parse_requirements, problems
 
-from helpers import ROOT
+from helpers import ROOT, STACKS
 
 pytestmark = pytest.mark.stack
 

@@ -148,7 +148,7 @@ def test_tensorboard_on_the_command_line(tmp_path):
     from mmengine.registry import init_default_scope
     from mmpretrain.registry import VISUALIZERS
     train_tool = load_tool('train')
-    from cvt_mm.engine.launch import config_from_args
+    from cvt_mm.apis.launch import config_from_args
     args = train_tool.parse_args([CLS_CONFIG, '--cfg-options',
                                   'visualizer.vis_backends.0.type=TensorboardVisBackend'])
     cfg = config_from_args(args)

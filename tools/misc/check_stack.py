@@ -5,8 +5,9 @@
     python tools/misc/check_stack.py --requirements my.txt --python 3.12
 
 Exits 2 naming what cannot work together and what is allowed (cvt_mm.apis.stacks.problems). Runs on
-the standard library alone: cvt_mm/apis/stacks.py is loaded by its path, since nothing (not even
-torch) is installed yet when the set-up calls it.
+the standard library alone: the tested stacks (tools/misc/stacks.py) and the rules
+(cvt_mm/apis/stacks.py) are loaded by their paths, since nothing (not even torch) is installed
+yet when the set-up calls it.
 """
 import argparse
 import importlib.util
@@ -17,9 +18,8 @@ import sys
 ROOT = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
 
 
-def _stacks():
-    path = osp.join(ROOT, 'cvt_mm', 'apis', 'stacks.py')
-    spec = importlib.util.spec_from_file_location('cvt_mm_stacks', path)
+def _load(name: str, *path: str):
+    spec = importlib.util.spec_from_file_location(name, osp.join(ROOT, *path))
     module = importlib.util.module_from_spec(spec)
     sys.modules[spec.name] = module  # NamedTuple needs its module while the class is made
     spec.loader.exec_module(module)
@@ -27,7 +27,8 @@ def _stacks():
 
 
 def main(argv=None) -> int:
-    stacks = _stacks()
+    stacks = _load('cvt_mm_tested_stacks', 'tools', 'misc', 'stacks.py')
+    rules = _load('cvt_mm_stack_rules', 'cvt_mm', 'apis', 'stacks.py')
     parser = argparse.ArgumentParser(description=__doc__.split('\n\n')[0])
     parser.add_argument('stack', nargs='?', choices=sorted(stacks.STACKS))
     parser.add_argument('--requirements', help='check this file instead of the stack\'s')
@@ -44,8 +45,8 @@ def main(argv=None) -> int:
     path = args.requirements or osp.join(ROOT, stack.requirements)
     python = args.python or (stack.python if stack else '3.11')
     with open(path) as f:
-        pins = stacks.parse_requirements(f)
-    found = stacks.problems(pins, tuple(int(p) for p in python.split('.')))
+        pins = rules.parse_requirements(f)
+    found = rules.problems(pins, tuple(int(p) for p in python.split('.')))
     if found:
         print(f'check_stack: {path} (Python {python}) cannot work:', file=sys.stderr)
         for problem in found:

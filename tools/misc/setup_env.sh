@@ -38,7 +38,8 @@ if [[ "$python_found" != "$PYTHON_VERSION" ]]; then
     python3 tools/misc/check_stack.py "$STACK" --python "$python_found" >/dev/null || exit 2
 fi
 stamp="$VENV/.cvt_mm_env_stamp"
-want=$(cat "$REQUIREMENTS" pyproject.toml tools/misc/setup_env.sh cvt_mm/apis/stacks.py | sha256sum | cut -d' ' -f1)
+want=$(cat "$REQUIREMENTS" pyproject.toml tools/misc/setup_env.sh tools/misc/stacks.py \
+    cvt_mm/apis/stacks.py | sha256sum | cut -d' ' -f1)
 if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" ]]; then
     exit 0
 fi

@@ -57,7 +57,7 @@ class TrainingPreempted(SystemExit):
 
 class StopsOutsideTheRun:
     """The stop signals' handler of a process that runs one training or test and exits
-    (``tools/train.py``, ``tools/test.py``: :func:`~cvt_mm.engine.launch.run_and_finish`),
+    (``tools/train.py``, ``tools/test.py``: :func:`~cvt_mm.apis.launch.run_and_finish`),
     installed before the runner is built. :class:`PreemptionHook` answers the signals during
     a training run and gives them back after it (a test run never takes them). Before the run
     a stop does what the handler before this one did (by default it ends the process). Once a

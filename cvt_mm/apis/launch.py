@@ -29,9 +29,9 @@ from mmengine.config import Config, ConfigDict
 from torch.distributed.constants import default_pg_timeout
 
 from ..checkpoint.loading import read_checkpoint
-from .flags import flag_group
-from .hooks import StopsOutsideTheRun, TrainingPreempted
-from .workers import _die_with_parent, guard_dataloader_workers
+from ..engine.flags import flag_group
+from ..engine.hooks import StopsOutsideTheRun, TrainingPreempted
+from ..engine.workers import _die_with_parent, guard_dataloader_workers
 
 __all__ = ['set_local_rank_env', 'config_from_args', 'setup_launch', 'build_runner',
            'run_and_finish', 'check_dataset_paths', 'prepare_distributed', 'slurm_environment',
@@ -390,7 +390,7 @@ def build_runner(cfg):
     process's malloc reuses large freed blocks (tools/misc/cpu_malloc.sh)."""
     from mmengine.registry import RUNNERS
 
-    from .runner import ExactResumeRunner
+    from ..engine.runner import ExactResumeRunner
     runner = RUNNERS.build(cfg) if 'runner_type' in cfg else ExactResumeRunner.from_cfg(cfg)
     runner.logger.info('CPU allocator: ' + (
         'large freed blocks reused (MALLOC_MMAP_MAX_=0: tools/misc/cpu_malloc.sh)'
