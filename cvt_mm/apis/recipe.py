@@ -17,10 +17,8 @@ Example::
 """
 from __future__ import annotations
 
-import glob
 import logging
-import os.path as osp
-from typing import Dict, List, Optional, Union
+from typing import Dict, List, Union
 
 import torch
 from mmengine.config import Config
@@ -32,8 +30,7 @@ from ..engine.norm_decay import NORMS  # the norms MMEngine's norm_decay_mult ap
 from .builders import load_config, model_config, task_of
 
 __all__ = ['COLUMNS', 'DATASET_IMAGES', 'describe_recipe', 'build_parameter_groups',
-           'parameter_groups', 'read_table',
-           'check_table', 'write_table']
+           'parameter_groups']
 
 #: Training images of the datasets our configs train on: COCO train2017, ADE20K's training
 #: split, ImageNet-1k's training set.
@@ -284,74 +281,3 @@ def describe_recipe(config: Union[str, Config]) -> Dict[str, str]:
 
 
 # ----------------------------------------------------------------------------- the table
-HEADER = ('config', ) + COLUMNS + ('source', )
-
-
-def _cells(line: str) -> List[str]:
-    return [c.strip() for c in line.strip().strip('|').split('|')]
-
-
-def read_table(path: str) -> Dict[str, Dict[str, str]]:
-    """The rows of the recipe table in the markdown file ``path``, by config file (its first
-    cell, a config path in backticks): ``{config: {column: cell}}`` over :data:`HEADER`."""
-    rows, columns = {}, None
-    with open(path, encoding='utf-8') as f:
-        for line in f:
-            if not line.startswith('|'):
-                columns = None
-                continue
-            cells = _cells(line)
-            if columns is None:
-                columns = cells
-                if tuple(columns) != HEADER:
-                    raise ValueError(f'{path}: a table with columns {columns}; the recipe '
-                                     f'table has {list(HEADER)}')
-            elif not set(line) <= set('|-: \n'):
-                rows[cells[0].strip('`')] = dict(zip(columns, cells))
-    return rows
-
-
-def check_table(path: str, configs: Optional[List[str]] = None) -> List[str]:
-    """What differs between the table in ``path`` and the configs (every ``configs/*.py`` of
-    the repository by default): a config without a row, a row without a config or a source,
-    and each cell that is not what :func:`describe_recipe` gives. Empty when they agree."""
-    configs = configs if configs is not None else _repo_configs()
-    rows = read_table(path)
-    problems = [f'{row}: in the table, but no such config' for row in rows
-                if row not in configs]
-    for config in configs:
-        row = rows.get(config)
-        if row is None:
-            problems.append(f'{config}: no row in {path}')
-            continue
-        if not row.get('source'):
-            problems.append(f'{config}: the row names no source')
-        actual = describe_recipe(config)
-        problems += [f'{config}: {col}: the table says {row.get(col)!r}, the config gives '
-                     f'{actual[col]!r}' for col in COLUMNS if row.get(col) != actual[col]]
-    return problems
-
-
-def write_table(path: str, configs: Optional[List[str]] = None) -> None:
-    """Rewrite the table in ``path`` from the configs, keeping each row's source (a new
-    config's row gets an empty source, which :func:`check_table` reports)."""
-    configs = configs if configs is not None else _repo_configs()
-    old = read_table(path)
-    with open(path, encoding='utf-8') as f:
-        lines = f.read().split('\n')
-    start = next(i for i, line in enumerate(lines) if line.startswith('|'))
-    end = next((i for i in range(start, len(lines)) if not lines[i].startswith('|')),
-               len(lines))
-    table = ['| ' + ' | '.join(HEADER) + ' |', '|' + '---|' * len(HEADER)]
-    for config in configs:
-        cells = describe_recipe(config)
-        source = old.get(config, {}).get('source', '')
-        table.append('| ' + ' | '.join([f'`{config}`'] + [cells[c] for c in COLUMNS]
-                                       + [source]) + ' |')
-    with open(path, 'w', encoding='utf-8') as f:
-        f.write('\n'.join(lines[:start] + table + lines[end:]))
-
-
-def _repo_configs() -> List[str]:
-    root = osp.dirname(osp.dirname(osp.dirname(osp.abspath(__file__))))
-    return sorted(osp.relpath(p, root) for p in glob.glob(osp.join(root, 'configs', '*.py')))

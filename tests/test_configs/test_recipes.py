@@ -8,16 +8,13 @@ from mmengine.optim import build_optim_wrapper
 from torch import nn
 
 import cvt_mm  # noqa: F401  (registers the constructors)
-from cvt_mm.apis.recipe import (
-    COLUMNS,
-    build_parameter_groups,
-    check_table,
-    describe_recipe,
-    parameter_groups,
-    read_table,
-)
+from cvt_mm.apis.recipe import COLUMNS, build_parameter_groups, describe_recipe, parameter_groups
 
 from helpers import ROOT, load_tool, repo_config
+
+# docs/recipes.md's reader and checker are the recipe tool's (the table is the repository's).
+_TOOL = load_tool('analysis_tools/recipe')
+read_table, check_table = _TOOL.read_table, _TOOL.check_table
 
 TABLE = osp.join(ROOT, 'docs', 'recipes.md')
 CONFIGS = sorted(read_table(TABLE))
