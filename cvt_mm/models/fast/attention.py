@@ -142,6 +142,11 @@ def sdpa_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, scale: flo
     if is_exporting():
         return F.scaled_dot_product_attention(q, k, v, attn_mask=bias, dropout_p=dropout_p,
                                               scale=scale)
+    if torch.onnx.is_in_onnx_export():
+        # TorchScript's ONNX exporter (torch.onnx.export(dynamo=False), which MMDeploy drives):
+        # the formula. MMDeploy 1.3.1 rewrites scaled_dot_product_attention to divide the
+        # scores by `scale` where PyTorch multiplies (docs/deployment.md, "MMDeploy").
+        return formula_attention(q, k, v, scale, bias, dropout_p)
     if not HAS_SYMBOLIC_SDPA and is_compiling():
         # torch 2.1's fused attention cannot be traced at symbolic sizes (cvt_mm.compat): the
         # formula, which the compiler fuses itself.
