@@ -29,9 +29,17 @@ from PIL import Image
 from test_stack_check import this_stack
 
 import cvt_mm  # noqa: F401  (registers everywhere it can)
-from cvt_mm.apis.stacks import STACKS, parse_requirements
+from cvt_mm.apis.end2end.compare import PIXELS, box_iou, match_detections
+from cvt_mm.apis.stacks import parse_requirements
 
-from helpers import ROOT, det_user_config, load_tool, narrow_config, seg_user_config
+from helpers import (
+    ROOT,
+    STACKS,
+    det_user_config,
+    load_tool,
+    narrow_config,
+    seg_user_config,
+)
 
 pytestmark = [pytest.mark.stack, pytest.mark.slow]
 
@@ -40,7 +48,8 @@ DOC = osp.join(ROOT, 'docs', 'deployment.md')
 SIDE = 96  # the generated images' side; the other size is two of them side by side
 
 # Each detection above its model's floor must find one of the same class in the other runtime
-# within these tolerances (issue 69's for our own export), both ways. The floors keep out what
+# (cvt_mm.apis.end2end.compare.match_detections: box IoU >= 0.99, score within 1e-4, mask IoU
+# >= 0.99, issue 69's bar for our own export), both ways. The floors keep out what
 # MMDeploy's rewrites of MMDetection's post-processing change by design:
 # * Mask R-CNN, 0.5: MMDeploy's RoI head keeps one box per RoI, its top class's, for every
 #   class (mmdeploy/codebase/mmdet/models/roi_heads/bbox_head.py, "only keep boxes with the max
@@ -52,13 +61,12 @@ SIDE = 96  # the generated images' side; the other size is two of them side by s
 #   MMDeploy (mmdeploy/codebase/mmdet/models/dense_heads/base_dense_head.py), so where a level
 #   has more than 1000 such pairs MMDeploy keeps low-scoring ones MMDetection drops (on these
 #   briefly trained models, up to 0.12).
-BOX_IOU, SCORE_TOL, MASK_IOU = 0.99, 1e-4, 0.99
 SCORE_FLOOR = dict(mask_rcnn=0.5, retinanet=0.3)
 # A trained model finds a ground-truth object (its class, box IoU >= 0.5) with a detection
 # scoring at least this (untrained, Mask R-CNN's softmax over the 3 classes and background
 # gives about 0.25; RetinaNet's sigmoid starts at its prior, 0.01).
 TRAINED_SCORE = dict(mask_rcnn=0.5, retinanet=0.3)
-PIXELS_EQUAL = 0.999  # of the class maps
+
 
 # The narrow models (tests/helpers.py) from random weights on the tinted shapes, AdamW at a
 # constant learning rate (no warm-up), no validation; the test pipeline keeps both test
@@ -208,39 +216,6 @@ def comparison_images(data: str, toolbox: str, dynamic: bool) -> list:
     return images
 
 
-def box_iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """IoU of every box of ``a`` (N, 4) with every box of ``b`` (M, 4), x1 y1 x2 y2."""
-    lt = np.maximum(a[:, None, :2], b[None, :, :2])
-    rb = np.minimum(a[:, None, 2:], b[None, :, 2:])
-    inter = np.clip(rb - lt, 0, None).prod(-1)
-    area = (a[:, 2:] - a[:, :2]).prod(-1)
-    area_b = (b[:, 2:] - b[:, :2]).prod(-1)
-    return inter / (area[:, None] + area_b[None, :] - inter)
-
-
-def unmatched(one: dict, other: dict, floor: float) -> list:
-    """The detections of ``one`` scoring >= ``floor`` that no detection of ``other`` of the
-    same class matches within BOX_IOU, SCORE_TOL and MASK_IOU, described."""
-    missing = []
-    for i in np.flatnonzero(one['scores'] >= floor):
-        same = np.flatnonzero(other['labels'] == one['labels'][i])
-        if not len(same):
-            missing.append(f'class {one["labels"][i]} score {one["scores"][i]:.4f}: none')
-            continue
-        ious = box_iou(one['bboxes'][i:i + 1], other['bboxes'][same])[0]
-        j = same[ious.argmax()]
-        score = abs(one['scores'][i] - other['scores'][j])
-        mask = 1.0
-        if 'masks' in one:
-            a, b = one['masks'][i], other['masks'][j]
-            mask = (a & b).sum() / max(1, (a | b).sum())
-        if ious.max() < BOX_IOU or score > SCORE_TOL or mask < MASK_IOU:
-            missing.append(f'class {one["labels"][i]} score {one["scores"][i]:.4f} box '
-                           f'{np.round(one["bboxes"][i], 2).tolist()}: best box IoU '
-                           f'{ious.max():.4f}, score diff {score:.1e}, mask IoU {mask:.4f}')
-    return missing
-
-
 def as_numpy(sample) -> dict:
     fields = sample.pred_instances
     return {k: fields[k].numpy() for k in ('bboxes', 'scores', 'labels', 'masks') if k in fields}
@@ -253,16 +228,16 @@ def found_objects(result, truth: list, trained_score: float) -> int:
     confident = found['scores'] >= trained_score
     hits = 0
     for c, *box in truth:
-        ious = box_iou(np.array([box], np.float32), found['bboxes'])[0]
+        ious = box_iou(np.array([box]), found['bboxes'])[0]
         hits += bool(((ious >= 0.5) & confident & (found['labels'] == c)).any())
     return hits
 
 
 def check_detections(name: str, torch_result, ort_result, floor: float) -> None:
-    found, ort = as_numpy(torch_result), as_numpy(ort_result)
-    problems = [f'PyTorch\'s {d}' for d in unmatched(found, ort, floor)] + \
-        [f'ONNX Runtime\'s {d}' for d in unmatched(ort, found, floor)]
-    assert not problems, f'{name}: ' + '; '.join(problems)
+    """Every detection above ``floor`` matched one to one, both ways, as our own export's
+    check matches them."""
+    stats = match_detections(as_numpy(torch_result), as_numpy(ort_result), floor)
+    assert not stats['failures'], f'{name}: ' + '; '.join(stats['failures'])
 
 
 def check_class_map(name: str, torch_result, ort_result, truth: np.ndarray) -> None:
@@ -275,7 +250,7 @@ def check_class_map(name: str, torch_result, ort_result, truth: np.ndarray) -> N
     assert accuracy >= 0.8, f'{name}: not trained, pixel accuracy {accuracy:.3f}'
     assert set(np.unique(truth[labelled]) - 1) <= set(np.unique(found)), name
     equal = (found == ort).mean()
-    assert equal >= PIXELS_EQUAL, f'{name}: ONNX Runtime\'s class map equals PyTorch\'s on ' \
+    assert equal >= PIXELS, f'{name}: ONNX Runtime\'s class map equals PyTorch\'s on ' \
                                   f'{equal:.4%} of the pixels'
 
 

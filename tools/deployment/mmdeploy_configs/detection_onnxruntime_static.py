@@ -1,20 +1,9 @@
-# MMDeploy 1.3.1's deploy config of the same name, restated: its pip wheel ships no configs
-# (they live in its repository, open-mmlab/mmdeploy at v1.3.1:
-# configs/mmdet/detection/detection_onnxruntime_static.py, which inherits
-# configs/mmdet/_base_/base_static.py, configs/_base_/onnx_config.py and
-# configs/_base_/backends/onnxruntime.py; the values below are theirs, unchanged).
-# The whole detector, pre-processed image to `dets` (B, N, 5) and `labels` (B, N), as one
-# ONNX graph at the size of the example image. docs/deployment.md, "MMDeploy".
-onnx_config = dict(
-    type='onnx',
-    export_params=True,
-    keep_initializers_as_inputs=False,
-    opset_version=11,
-    save_file='end2end.onnx',
-    input_names=['input'],
-    output_names=['dets', 'labels'],
-    input_shape=None,
-    optimize=True)
+# MMDeploy 1.3.1's configs/mmdet/detection/detection_onnxruntime_static.py restated (with its
+# configs/mmdet/_base_/base_static.py; open-mmlab/mmdeploy at v1.3.1, values unchanged): the
+# whole detector, preprocessed image to `dets` (B, N, 5) and `labels` (B, N), as one ONNX
+# graph at the size of the example image. docs/deployment.md, "MMDeploy".
+_base_ = ['./_base_/onnxruntime.py']
+onnx_config = dict(output_names=['dets', 'labels'])
 codebase_config = dict(
     type='mmdet',
     task='ObjectDetection',
@@ -28,4 +17,3 @@ codebase_config = dict(
         keep_top_k=100,
         background_label_id=-1,
     ))
-backend_config = dict(type='onnxruntime')
