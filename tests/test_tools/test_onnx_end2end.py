@@ -2,10 +2,11 @@
 
 The restated post-processing against MMDetection's and MMCV's own code, on random inputs
 built to reach every branch (boxes past the image, zero-size boxes, fewer survivors than
-rows, RoIs of every pyramid level); then one narrow model of each other family (Cascade Mask
-R-CNN, RetinaNet, Semantic FPN), exported with dynamic size and compared with its own
-``predict`` at the export size and another, detection by detection. Mask R-CNN and UperNet
-are compared trained (tests/test_tools/test_onnx_trained.py).
+rows, RoIs of every pyramid level); then a Cascade Mask R-CNN on CMT-Ti (one block a stage)
+and a narrow CvT RetinaNet, exported whole with dynamic size and compared with their own
+``predict`` at the export size and another, detection by detection. Mask R-CNN and Semantic
+FPN are compared trained (tests/test_tools/test_onnx_trained.py), the classifier and UperNet
+through the tool (test_onnx_export.py).
 """
 import importlib.util
 import os.path as osp
@@ -16,8 +17,9 @@ import torch
 
 import cvt_mm  # noqa: F401  (registers the backbones, patches the stack)
 from cvt_mm.apis.end2end import ops
+from cvt_mm.models.cmt import ARCH_DEFAULTS, CMT
 
-from helpers import CONFIGS, SEG_CLASSES, SHAPES
+from helpers import CONFIGS, SHAPES
 
 MISSING = [m for m in ('onnx', 'onnxscript', 'onnxruntime') if importlib.util.find_spec(m) is None]
 needs_deploy = pytest.mark.skipif(
@@ -150,35 +152,35 @@ def test_nms_translates_to_onnx_nonmaxsuppression_with_the_same_result(tmp_path)
 # ----------------------------------------------------------------- the other families
 NARROW_BACKBONE = ("backbone=dict(arch=dict(_delete_=True, embed_dims=[16, 32, 64], "
                    "num_heads=[1, 2, 4], depths=[1, 1, 2]), init_cfg=None)")
+# CMT-Ti's arch (widths, heads, reduction ratios, stem, stored bias grids) at one block per
+# stage: the whole-model export of a CMT detector, whose bias resizing traces its own way.
+CMT_TI = {**ARCH_DEFAULTS, **CMT.arch_zoo['ti'], 'depths': [1, 1, 1, 1]}
 FAMILIES = {
     # base config, its narrowed model, export size (twice the coarsest stride and more)
-    'cascade': ('cascade_mask_rcnn_cvt13_coco.py', f"""model = dict({NARROW_BACKBONE},
-    neck=dict(in_channels=[16, 32, 64], out_channels=32),
+    'cascade': ('cascade_mask_rcnn_cmt_s_coco.py', f"""model = dict(
+    backbone=dict(arch=dict(_delete_=True, **{CMT_TI!r}), init_cfg=None),
+    neck=dict(in_channels={CMT_TI['embed_dims']!r}, out_channels=32),
     rpn_head=dict(in_channels=32, feat_channels=32),
     roi_head=dict(bbox_roi_extractor=dict(out_channels=32),
                   bbox_head=[dict(h, in_channels=32, conv_out_channels=32, fc_out_channels=64,
                                   num_classes=3) for h in _base_.model.roi_head.bbox_head],
                   mask_roi_extractor=dict(out_channels=32),
                   mask_head=dict(in_channels=32, conv_out_channels=32, num_classes=3)),
+    # Random weights score the 3 classes and background about 1/4 each.
     test_cfg=dict(rcnn=dict(score_thr=0.26)))
 """, (96, 128)),
     'retinanet': ('retinanet_cvt13_coco.py', f"""model = dict({NARROW_BACKBONE},
     neck=dict(in_channels=[32, 64], out_channels=32),
     bbox_head=dict(in_channels=32, feat_channels=32, stacked_convs=1, num_classes=3))
 """, (160, 192)),
-    'sem_fpn': ('sem_fpn_cvt13_ade20k.py', f"""model = dict({NARROW_BACKBONE},
-    neck=dict(in_channels=[16, 32, 64], out_channels=32),
-    decode_head=dict(in_channels=[32, 32, 32], channels=32, num_classes=4))
-""", (64, 96)),
 }
 
 
 def family_config(tmp_path, family: str) -> str:
     base, model, _ = FAMILIES[family]
-    classes = SEG_CLASSES if family == 'sem_fpn' else SHAPES
     path = tmp_path / f'{family}.py'
     path.write_text(f'_base_ = {osp.join(CONFIGS, base)!r}\n{model}'
-                    f'test_dataloader = dict(dataset=dict(metainfo=dict(classes={classes!r})))\n')
+                    f'test_dataloader = dict(dataset=dict(metainfo=dict(classes={SHAPES!r})))\n')
     return str(path)
 
 
@@ -188,8 +190,7 @@ def family_config(tmp_path, family: str) -> str:
 def test_each_family_exports_whole_and_equals_its_predict(family, tmp_path):
     """Random weights (RetinaNet's class logits spread so that its scores cover (0, 1), as
     a trained head's do), dynamic size; ONNX Runtime against the model's predict at the
-    export size and an odd other size: every detection matched (Cascade: with its mask),
-    class maps equal on >= 99.9 % of pixels."""
+    export size and an odd other size: every detection matched (Cascade: with its mask)."""
     from cvt_mm.apis.deployment import build_part, compare_end2end, export_onnx
     torch.manual_seed(0)
     module, info = build_part(family_config(tmp_path, family))
@@ -200,10 +201,10 @@ def test_each_family_exports_whole_and_equals_its_predict(family, tmp_path):
     path = str(tmp_path / f'{family}.onnx')
     export_onnx(module, path, shape, dynamic=True, names=info['outputs'],
                 metadata=info['metadata'])
-    other = (shape[0] * 5 // 4 | 1, shape[1] * 3 // 4 | 1)
+    # Cascade's CMT-Ti also at its ImageNet size, 160, where it uses its stored bias grids.
+    other = (160, 160) if family == 'cascade' else (shape[0] * 5 // 4 | 1, shape[1] * 3 // 4 | 1)
     rows = compare_end2end(module, path, [shape, other])
     assert [r['shape'] for r in rows] == [shape, other]
     failed = [r for r in rows if not r['ok']]
     assert not failed, failed
-    if family != 'sem_fpn':
-        assert all(r['matched'] >= 5 for r in rows), rows  # something to compare
+    assert all(r['matched'] >= 5 for r in rows), rows  # something to compare

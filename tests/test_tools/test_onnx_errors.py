@@ -168,3 +168,17 @@ def test_the_inference_tool_refuses_bad_input_naming_the_file(case, message, tmp
     assert tool.main([str(model), *images, '--out-dir', str(tmp_path / 'out')]) == 2
     err = capsys.readouterr().err
     assert err.startswith('error: ') and message in err, err
+
+
+def test_without_torch_s_exporter_the_tool_says_where_to_go(tmp_path, monkeypatch, capsys):
+    """On torch < 2.5 (the prebuilt stack's 2.1: cvt_mm.compat's ``onnx_dynamo_export`` is
+    False there) the tool stops before building anything, pointing to MMDeploy."""
+    export = load_tool('deployment/export_onnx')
+    monkeypatch.setattr(export, 'has', lambda feature: feature != 'onnx_dynamo_export')
+    out = tmp_path / 'x.onnx'
+    code = export.main([osp.join(CONFIGS, 'mask_rcnn_cvt13_coco.py'), '--shape', '64',
+                        '--out', str(out)])
+    err = capsys.readouterr().err
+    assert code == 1 and not out.exists()
+    assert 'needs torch >= 2.5 (torch.onnx.export(dynamo=True))' in err
+    assert 'export with MMDeploy 1.3.1: docs/deployment.md, "MMDeploy"' in err

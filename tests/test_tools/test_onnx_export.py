@@ -15,7 +15,6 @@ them).
 import importlib.util
 import json
 import os.path as osp
-import re
 
 import pytest
 import torch
@@ -26,7 +25,7 @@ from cvt_mm.models.cvt import CvT
 from cvt_mm.models.matrix_resize import bicubic_matrix, graph_bicubic_matrix
 
 from helpers import ROOT as REPO
-from helpers import SEG_CLASSES, SHAPES, load_tool
+from helpers import SEG_CLASSES, load_tool
 
 MISSING = [m for m in ('onnx', 'onnxscript', 'onnxruntime') if importlib.util.find_spec(m) is None]
 needs_deploy = pytest.mark.skipif(
@@ -70,9 +69,11 @@ def test_eager_padding_keeps_its_fast_path():
 
 
 # ------------------------------------------------------------------- export of every arch
-# CvT-13 and CMT-Ti export (at one block per stage, with dynamic size) through the tool
-# below, inside the classifier, segmentor and detector: the other archs here, but those whose
-# row differs from one of these in depths only (CvT-21), which at one block per stage are it.
+# CvT-13 and CMT-Ti export (at one block per stage, with dynamic size) inside whole models:
+# CvT-13 through the tool below (classifier, segmentor), CMT-Ti in test_onnx_end2end.py's
+# Cascade Mask R-CNN (checked at its ImageNet size, where it uses the stored bias grids); the
+# other archs here, but those whose row differs from one of these in depths only (CvT-21),
+# which at one block per stage are it.
 TOOL_ARCHS = [('cvt', '13'), ('cmt', 'ti')]
 ZOOS = dict(cvt=CvT.arch_zoo, cmt=CMT.arch_zoo)
 
@@ -115,17 +116,6 @@ def shallow_config(tmp_path, base: str, arch: dict, backbone: dict = None, **mod
 
 
 CVT13 = dict(embed_dims=[64, 192, 384], num_heads=[1, 3, 6], depths=[1, 1, 1])
-CMT_TI = {**ARCH_DEFAULTS, **CMT.arch_zoo['ti'], 'depths': [1, 1, 1, 1]}
-# The detector's FPN and RoI heads at a quarter of their widths (the CMT-Ti backbone keeps
-# its own): they are MMDetection's modules, exported the same at any width.
-NARROW_HEADS = dict(
-    neck=dict(out_channels=64), rpn_head=dict(in_channels=64, feat_channels=64),
-    roi_head=dict(bbox_roi_extractor=dict(out_channels=64),
-                  bbox_head=dict(in_channels=64, fc_out_channels=256, num_classes=3),
-                  mask_roi_extractor=dict(out_channels=64),
-                  mask_head=dict(in_channels=64, conv_out_channels=64, num_classes=3)),
-    # Random weights score the 3 classes and background about 1/4 each.
-    test_cfg=dict(rcnn=dict(score_thr=0.26)))
 TOOL_CASES = {
     # config, its backbone's arch, more model overrides, classes, export size, the outputs
     'classifier': ('imagenet_cvt13_300e_in1k.py', CVT13, dict(backbone=dict(num_classes=10)),
@@ -134,8 +124,6 @@ TOOL_CASES = {
                   dict(decode_head=dict(num_classes=4, channels=64),
                        auxiliary_head=dict(num_classes=4, channels=16)),
                   SEG_CLASSES, (64, 96), ['seg_map']),
-    'detector': ('mask_rcnn_cmt_ti_coco.py', CMT_TI, NARROW_HEADS, SHAPES, (96, 128),
-                 ['dets', 'labels', 'masks']),
 }
 
 
@@ -144,10 +132,10 @@ TOOL_CASES = {
 @pytest.mark.parametrize('kind', list(TOOL_CASES))
 def test_tool_exports_and_checks_each_kind_of_model(kind, tmp_path, capsys):
     """The tool with --dynamic: the whole model (the default part) of each kind, ONNX
-    Runtime against the model's own inference at the export size and another (the detector
-    also at its CMT-Ti's ImageNet size, 160: there its attention uses the stored bias grids
-    themselves); the classifier from a checkpoint, the others from random weights (said in
-    the output); what the file's metadata says."""
+    Runtime against the model's own inference at the export size and another; the
+    classifier from a checkpoint, the segmentor from random weights (said in the output);
+    what the file's metadata says. (Whole detectors go through the tool in
+    test_onnx_trained.py.)"""
     import onnx
     base, arch, overrides, classes, shape, outputs = TOOL_CASES[kind]
     config = shallow_config(tmp_path, base, arch, **overrides)
@@ -162,29 +150,21 @@ def test_tool_exports_and_checks_each_kind_of_model(kind, tmp_path, capsys):
         argv.append(str(tmp_path / 'trained.pth'))
         torch.save({'state_dict': module.model.state_dict(), 'meta': {}}, argv[-1])
     out = tmp_path / f'{kind}.onnx'
-    other = ['--check-shape', '160', '160'] if kind == 'detector' else \
-        ['--check-shape', '75', '130']
     code = export.main([*argv, '--shape', *map(str, shape), '--dynamic', '--out', str(out),
-                        *other])
+                        '--check-shape', '75', '130'])
     text = capsys.readouterr().out
     assert code == 0, text
     weights = argv[1] if kind == 'classifier' else 'random (no checkpoint given)'
     assert f'weights: {weights}' in text
     assert f'outputs: {", ".join(outputs)}' in text
     table = text[text.index('\nONNX Runtime '):]
-    assert f'{shape[0]}x{shape[1]}' in table and ('160x160' if kind == 'detector'
-                                                  else '75x130') in table
+    assert f'{shape[0]}x{shape[1]}' in table and '75x130' in table
     assert text.rstrip().endswith('equal to PyTorch: OK')
-    if kind == 'detector':  # something was compared
-        assert re.search(r'160x160 +image 0: PyTorch ([1-9]\d*), ONNX Runtime \1, matched \1;',
-                         table), table
     meta = {p.key: p.value for p in onnx.load(str(out), load_external_data=False).metadata_props}
     pre = json.loads(meta['cvt_mm.preprocess'])
-    assert len(pre['mean']) == 3 and pre['bgr_to_rgb'] is True
-    assert pre.get('pad_size_divisor') == (32 if kind == 'detector' else None)
-    assert meta['cvt_mm.task'] == {'classifier': 'classification', 'detector':
-                                   'instance-segmentation', 'segmentor':
-                                   'semantic-segmentation'}[kind]
+    assert len(pre['mean']) == 3 and pre['bgr_to_rgb'] is True and 'pad_size_divisor' not in pre
+    assert meta['cvt_mm.task'] == {'classifier': 'classification',
+                                   'segmentor': 'semantic-segmentation'}[kind]
     if classes:
         assert json.loads(meta['cvt_mm.classes']) == list(classes)
     sizes = json.loads(meta['cvt_mm.input_size'])

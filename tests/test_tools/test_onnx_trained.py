@@ -28,6 +28,8 @@ import json
 import os
 import os.path as osp
 import pickle
+import re
+import shlex
 import subprocess
 import sys
 import textwrap
@@ -95,7 +97,37 @@ class Trained:
             config, checkpoint, dump, log, onnx
 
 
+PAGE = osp.join(ROOT, 'docs', 'deployment.md')
+
+
+def page_command(start: str, values: dict) -> list:
+    """The words of docs/deployment.md's command that starts with ``start``, each word that
+    is a key of ``values`` and each value of an option that is a key replaced by its value:
+    the page's command run on this test's model, files and sizes."""
+    text = open(PAGE).read()
+    for block in re.findall(r'```bash\n(.*?)```', text, re.S):
+        for line in block.replace('\\\n', ' ').splitlines():
+            if line.startswith(start):
+                words = shlex.split(line.split(' #')[0])
+                out, i = [], 0
+                while i < len(words):
+                    word = words[i]
+                    if word in values and word.startswith('--'):
+                        count = len(values[word])
+                        out += [word, *values[word]]
+                        i += 1 + count
+                        continue
+                    out += values.get(word, [word]) if isinstance(values.get(word), list) \
+                        else [values.get(word, word)]
+                    i += 1
+                assert out[:2] == ['python', start.split()[1]], out
+                return out[1:]  # the tool's path and its arguments
+    raise AssertionError(f'{PAGE} has no command starting {start!r}')
+
+
 def train_and_export(root, data, kind: str) -> Trained:
+    """Train, evaluate with tools/test.py, then export with the page's own command (the
+    quick start's, for this kind of model)."""
     work = root / 'work'
     if kind == 'det':
         user = write_user_config(str(root / 'user.py'), 'mask_rcnn_cvt13_coco.py',
@@ -105,7 +137,7 @@ def train_and_export(root, data, kind: str) -> Trained:
         val_root = str(data / 'val' / 'coco') + '/'
         with open(config, 'a') as f:
             f.write(SCHEDULE.format(lr=1e-3) + DET_VAL.format(root=repr(val_root)))
-        shape = [str(DET_VAL_SIDE)] * 2
+        page, side = 'configs/mask_rcnn_cvt13_coco.py', DET_VAL_SIDE
     else:
         user = write_user_config(str(root / 'user.py'), 'sem_fpn_cvt13_ade20k.py',
                                  str(data / 'train' / 'ade'), str(work), image_size=TRAIN_SIDE,
@@ -113,7 +145,7 @@ def train_and_export(root, data, kind: str) -> Trained:
         config = str(root / 'narrow.py')
         with open(config, 'w') as f:
             f.write(f'_base_ = {user!r}\n' + FPN_NARROW + SCHEDULE.format(lr=4e-3))
-        shape = [str(TRAIN_SIDE)] * 2
+        page, side = 'configs/sem_fpn_cvt13_ade20k.py', TRAIN_SIDE
     run_tool(['train.py', config, '--cfg-options', 'val_cfg=None', 'val_dataloader=None',
               'val_evaluator=None'], timeout=900, warm=True)
     checkpoint = (work / 'last_checkpoint').read_text().strip()
@@ -121,8 +153,12 @@ def train_and_export(root, data, kind: str) -> Trained:
     log = run_tool(['test.py', config, checkpoint, '--work-dir', str(root / 'test'), '--out',
                     dump], timeout=600, warm=True)
     onnx = str(root / f'{kind}.onnx')
-    run_tool(['deployment/export_onnx.py', config, checkpoint, '--shape', *shape, '--dynamic',
-              '--out', onnx], timeout=600, warm=True)
+    command = page_command(f'python tools/deployment/export_onnx.py {page}', {
+        page: config, '--shape': [str(side)] * 2, '--out': [onnx]})
+    assert command[0] == 'tools/deployment/export_onnx.py' and '--dynamic' in command
+    command[2] = checkpoint  # the page's work_dirs/... checkpoint
+    exported = run_tool(['deployment/export_onnx.py', *command[1:]], timeout=600, warm=True)
+    assert exported.stdout.rstrip().endswith('equal to PyTorch: OK'), exported.stdout[-3000:]
     return Trained(config, checkpoint, dump, log.stdout + log.stderr, onnx)
 
 
@@ -139,13 +175,10 @@ def trained(data, tmp_path_factory):
     return get
 
 
-def preprocessed(config, checkpoint, images, size):
-    """The model and the val ``images`` as its test pipeline and data preprocessor make
-    them, resized to ``size`` (H, W) and padded as the preprocessor pads."""
+def preprocessed(module, images, size):
+    """The val ``images`` as the model's data preprocessor makes them, resized to ``size``
+    (H, W) first and padded as the preprocessor pads."""
     import torch.nn.functional as F
-
-    from cvt_mm.apis.deployment import build_part
-    module, info = build_part(config, 'model', checkpoint)
     pre = module.model.data_preprocessor
     tensors = []
     for path in images:
@@ -154,7 +187,7 @@ def preprocessed(config, checkpoint, images, size):
         image = F.interpolate(image, size=size, mode='bilinear', align_corners=False)
         out = pre(dict(inputs=[image[0].round().clamp(0, 255).byte()]), False)['inputs']
         tensors.append(out)
-    return module, info, tensors
+    return tensors
 
 
 def val_images(data, kind):
@@ -170,15 +203,16 @@ def test_trained_model_equals_pytorch_at_the_export_size_and_another(kind, train
     detector): ONNX Runtime's results are predict's."""
     import onnxruntime as ort
 
+    from cvt_mm.apis.deployment import build_part
     from cvt_mm.apis.end2end.compare import compare_results, graph_results, reference_results
     run = trained(kind)
     session = ort.InferenceSession(run.onnx, providers=['CPUExecutionProvider'])
     export_side = DET_VAL_SIDE if kind == 'det' else TRAIN_SIDE
     images = val_images(data, kind)
     matched = 0
+    module, info = build_part(run.config, 'model', run.checkpoint)
     for size in [(export_side, export_side), (112, 144) if kind == 'det' else (81, 73)]:
-        module, info, tensors = preprocessed(run.config, run.checkpoint, images, size)
-        for tensor in tensors:
+        for tensor in preprocessed(module, images, size):
             expected = reference_results(module.model, tensor, info['kind'])
             got = graph_results(info['kind'], session.run(None, {'image': tensor.numpy()}))
             (row, ) = compare_results(info['kind'], expected, got, 0.05)
@@ -245,9 +279,10 @@ BLOCKED = ('torch', 'torchvision', 'mmcv', 'mmengine', 'mmdet', 'mmseg', 'mmpret
            'cvt_mm')
 
 
-def run_without_torch(tmp_path, argv):
-    """tools/deployment/onnx_inference.py ``argv`` in a process where ``BLOCKED`` cannot be
-    imported; also fails if one of them was imported anyway."""
+def run_without_torch(tmp_path, argv, script=None, cwd=None):
+    """tools/deployment/onnx_inference.py ``argv`` (or the python file ``script``) in a
+    process where ``BLOCKED`` cannot be imported, from ``cwd`` (default ``tmp_path``); it
+    prints the blocked modules that were imported anyway, as its last line."""
     blocker = tmp_path / 'blocked'
     blocker.mkdir(exist_ok=True)
     (blocker / 'sitecustomize.py').write_text(textwrap.dedent(f"""\
@@ -259,19 +294,19 @@ def run_without_torch(tmp_path, argv):
                     raise ImportError(f'{{name}} is not installed here')
         sys.meta_path.insert(0, _Refuse())
         """))
-    script = textwrap.dedent(f"""\
+    script = script or osp.join(ROOT, 'tools', 'deployment', 'onnx_inference.py')
+    runner = textwrap.dedent(f"""\
         import runpy, sys
-        sys.argv = {['onnx_inference.py', *argv]!r}
+        sys.argv = {[script, *argv]!r}
         try:
-            runpy.run_path({osp.join(ROOT, 'tools', 'deployment', 'onnx_inference.py')!r},
-                           run_name='__main__')
+            runpy.run_path({script!r}, run_name='__main__')
         finally:
             loaded = sorted(m for m in sys.modules if m.split('.')[0] in {BLOCKED!r})
             print('blocked modules loaded:', loaded)
         """)
     env = {k: v for k, v in os.environ.items() if k != 'PYTHONPATH'}
     env['PYTHONPATH'] = str(blocker)
-    return subprocess.run([sys.executable, '-c', script], cwd=tmp_path, env=env,
+    return subprocess.run([sys.executable, '-c', runner], cwd=cwd or tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
 
 
@@ -289,8 +324,10 @@ def test_inference_tool_runs_without_torch_and_gives_the_models_detections(
     images = [val_images(data, 'det')[0],
               sorted(str(p) for p in (data / 'train' / 'coco' / 'train2017').iterdir())[0]]
     out = tmp_path / 'json'
-    proc = run_without_torch(tmp_path, [run.onnx, *images, '--out-dir', str(tmp_path / 'pics'),
-                                        '--json', str(out)])
+    command = page_command('python tools/deployment/onnx_inference.py', {
+        'mask_rcnn.onnx': run.onnx, 'data/coco/val2017/000000000139.jpg': images,
+        '--out-dir': [str(tmp_path / 'pics')], '--json': [str(out)]})
+    proc = run_without_torch(tmp_path, command[1:])
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-4000:]
     assert 'blocked modules loaded: []' in proc.stdout
     listed = json.loads(out.read_text())
@@ -311,3 +348,59 @@ def test_inference_tool_runs_without_torch_and_gives_the_models_detections(
             assert box_iou(np.array([det['box']]), box[None].numpy())[0, 0] >= 0.99
             compared += 1
     assert compared >= 2, listed
+
+
+def page_scripts() -> list:
+    """The python blocks of docs/deployment.md's "Running it without torch"."""
+    text = open(PAGE).read()
+    section = text.split('## Running it without torch', 1)[1].split('\n## ', 1)[0]
+    return re.findall(r'```python\n(.*?)```', section, re.S)
+
+
+def test_the_pages_python_runs_without_torch(trained, data, tmp_path):
+    """docs/deployment.md's scripts as written, on the trained detector's file and a val
+    image (their names replaced), run from the checkout where torch and the toolboxes
+    cannot be imported: the detections printed, then the graph's outputs' shapes."""
+    run = trained('det')
+    scripts = page_scripts()
+    assert len(scripts) == 2
+    image = val_images(data, 'det')[0]
+    # One process runs both, one after the other, each a script of its own as written.
+    path = tmp_path / 'page.py'
+    path.write_text('\nprint("--- next script")\n'.join(scripts).replace(
+        "'mask_rcnn.onnx'", repr(run.onnx)).replace("'demo.jpg'", repr(image)))
+    proc = run_without_torch(tmp_path, [], script=str(path), cwd=ROOT)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-3000:]
+    assert proc.stdout.rstrip().endswith('blocked modules loaded: []')
+    first, second = proc.stdout.split('--- next script\n')
+    detections = [line.split() for line in first.splitlines()]
+    assert detections and all(words[0] in SHAPES for words in detections), first
+    rows = int(second.split('(')[1].split(',')[0])
+    assert second.splitlines()[0] == f'({rows}, 5) ({rows}, 800, 1344)', second
+
+
+PREBUILT = osp.join(ROOT, '.venv-prebuilt', 'bin', 'python')
+
+
+@pytest.mark.skipif(not osp.exists(PREBUILT), reason='no .venv-prebuilt (make env STACK=prebuilt)')
+def test_an_opset_18_file_runs_in_the_prebuilt_stacks_onnx_runtime(trained, data, tmp_path):
+    """The Semantic FPN exported with the page's --opset 18 (IR version 8): the prebuilt
+    stack's ONNX Runtime (1.15, numpy 1) runs it through onnx_inference.py and gives the
+    class maps this stack's gives."""
+    import onnx
+    run = trained('seg')
+    model = onnx.load(run.onnx, load_external_data=False)
+    assert (model.ir_version, model.opset_import[0].version) == (8, 18)
+    images = val_images(data, 'seg')
+    out = tmp_path / 'prebuilt.json'
+    proc = subprocess.run([PREBUILT, osp.join(ROOT, 'tools', 'deployment', 'onnx_inference.py'),
+                           run.onnx, *images, '--out-dir', str(tmp_path / 'pics'), '--json',
+                           str(out)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert 'ONNX Runtime 1.15' in proc.stdout, proc.stdout
+    tool = load_tool('deployment/onnx_inference')
+    here = tool.Model(run.onnx)
+    got = json.loads(out.read_text())['images']
+    for image in images:
+        expected = tool.to_json(here.predict(tool.read_image(image)), here, here.score_thr)
+        assert got[image]['pixels'] == expected['pixels'], image

@@ -68,6 +68,7 @@ from cvt_mm.apis.deployment import (
     parts_of,
     require_deploy_packages,
 )
+from cvt_mm.compat import has
 
 
 # --------------------------------------------------------------------------- command line
@@ -155,6 +156,11 @@ def parse_args(argv=None):
 
 def main(argv=None) -> int:
     args = parse_args(argv)
+    if not has('onnx_dynamo_export'):
+        print(f'error: this export needs torch >= 2.5 (torch.onnx.export(dynamo=True)); this '
+              f'is torch {torch.__version__}. On torch 2.1 export with MMDeploy 1.3.1: '
+              'docs/deployment.md, "MMDeploy"', file=sys.stderr)
+        return 1
     cvt_mm.setup_process()
     require_deploy_packages()
     import onnxruntime

@@ -55,6 +55,19 @@ def _outputs(boxes: Tensor, scores: Tensor, labels: Tensor, kept: Tensor) -> Tup
     return dets, torch.where(kept, labels, torch.full_like(labels, -1))
 
 
+def _dense_candidates(head, cfg, scores, anchors, deltas, image_shape) -> Tuple[Tensor, ...]:
+    """A dense head's candidates of all levels, decoded: (boxes, scores, valid), valid
+    where a row holds a candidate (not padding) larger than ``min_bbox_size``, as
+    ``_bbox_post_process`` keeps them."""
+    score = torch.cat(scores)
+    box = decode_boxes(head.bbox_coder, torch.cat(anchors), torch.cat(deltas), image_shape)
+    ok = score > INVALID_SCORE / 2
+    if cfg.get('min_bbox_size', -1) >= 0:
+        ok = ok & (box[:, 2] - box[:, 0] > cfg.min_bbox_size) & \
+            (box[:, 3] - box[:, 1] > cfg.min_bbox_size)
+    return box, score, ok
+
+
 # --------------------------------------------------------------------------- RPN
 def check_rpn(head) -> None:
     stage = f'RPN ({type(head).__name__})'
@@ -82,12 +95,7 @@ def rpn_proposals(head, feats: Sequence[Tensor], image_shape) -> Tuple[Tensor, T
                 score, _, delta, prior = top_rows(score, nms_pre, delta, prior)
             scores.append(score), deltas.append(delta), anchors.append(prior)
             levels.append(torch.full_like(score, level, dtype=torch.long))
-        score = torch.cat(scores)
-        box = decode_boxes(head.bbox_coder, torch.cat(anchors), torch.cat(deltas), image_shape)
-        ok = score > INVALID_SCORE / 2
-        if cfg.get('min_bbox_size', -1) >= 0:
-            ok = ok & (box[:, 2] - box[:, 0] > cfg.min_bbox_size) & \
-                (box[:, 3] - box[:, 1] > cfg.min_bbox_size)
+        box, score, ok = _dense_candidates(head, cfg, scores, anchors, deltas, image_shape)
         box, _, _, kept = batched_nms_rows(box, score, torch.cat(levels), ok, iou, max_num)
         boxes.append(box), valid.append(kept)
     return torch.stack(boxes), torch.stack(valid)
@@ -262,12 +270,7 @@ class OneStageEnd2End(nn.Module):
                 anchor = torch.div(index, width, rounding_mode='floor')
                 scores.append(flat), classes.append(index % width)
                 deltas.append(delta[anchor]), anchors.append(prior[anchor])
-            score = torch.cat(scores)
-            box = decode_boxes(head.bbox_coder, torch.cat(anchors), torch.cat(deltas), shape)
-            ok = score > INVALID_SCORE / 2
-            if cfg.get('min_bbox_size', -1) >= 0:
-                ok = ok & (box[:, 2] - box[:, 0] > cfg.min_bbox_size) & \
-                    (box[:, 3] - box[:, 1] > cfg.min_bbox_size)
+            box, score, ok = _dense_candidates(head, cfg, scores, anchors, deltas, shape)
             rows = batched_nms_rows(box, score, torch.cat(classes), ok, iou, cfg.max_per_img)
             det, label = _outputs(*rows)
             dets.append(det), labels.append(label)
