@@ -205,6 +205,7 @@ def test_trained_model_equals_pytorch_at_the_export_size_and_another(kind, train
 
     from cvt_mm.apis.deployment import build_part
     from cvt_mm.apis.end2end.compare import compare_results, graph_results, reference_results
+    from cvt_mm.apis.end2end.models import max_detections
     run = trained(kind)
     session = ort.InferenceSession(run.onnx, providers=['CPUExecutionProvider'])
     export_side = DET_VAL_SIDE if kind == 'det' else TRAIN_SIDE
@@ -214,12 +215,28 @@ def test_trained_model_equals_pytorch_at_the_export_size_and_another(kind, train
     for size in [(export_side, export_side), (112, 144) if kind == 'det' else (81, 73)]:
         for tensor in preprocessed(module, images, size):
             expected = reference_results(module.model, tensor, info['kind'])
-            got = graph_results(info['kind'], session.run(None, {'image': tensor.numpy()}))
+            outputs = session.run(None, {'image': tensor.numpy()})
+            if kind == 'det':
+                assert_unused_rows_are_marked(*outputs, max_detections(module)[0])
+            got = graph_results(info['kind'], outputs)
             (row, ) = compare_results(info['kind'], expected, got, 0.05)
             assert row['ok'], (size, tensor.shape, row)
             matched += row.get('matched', 0)
     if kind == 'det':
         assert matched >= 20, matched  # a trained detector finds the shapes
+
+
+def assert_unused_rows_are_marked(dets, labels, masks, rows):
+    """docs/deployment.md's promise: the detections first, highest score first; the rows
+    after them score 0 with label -1, a zero box and an empty mask."""
+    assert dets.shape[1] == labels.shape[1] == masks.shape[1] == rows  # max_per_img
+    for det, label, mask in zip(dets, labels, masks):
+        used = label >= 0
+        count = int(used.sum())
+        assert used[:count].all() and not used[count:].any(), label
+        assert (np.diff(det[:count, 4]) <= 0).all() and (det[:count, 4] > 0.05).all()
+        assert (det[count:] == 0).all() and (label[count:] == -1).all()
+        assert not mask[count:].any()
 
 
 def ort_dump(run, images, path):
