@@ -29,7 +29,8 @@ from helpers import (
 # --no-loadscope-reorder keeps xdist from sorting the modules by their number of tests instead.
 LONGEST_FIRST = ('test_every_model', 'test_benchmarks', 'test_slurm', 'test_distributed',
                  'test_detseg_tools', 'test_trained_floors', 'test_cluster_units',
-                 'test_onnx_export', 'test_cluster_training', 'test_soak', 'test_python_api',
+                 'test_onnx_export', 'test_onnx_end2end', 'test_onnx_trained',
+                 'test_cluster_training', 'test_soak', 'test_python_api',
                  'test_resume', 'test_custom_data', 'test_demo', 'test_gpu_check',
                  'test_two_nodes_netns')
 

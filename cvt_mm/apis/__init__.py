@@ -5,7 +5,8 @@
   batches for it (no data on disk);
 - :mod:`cvt_mm.apis.flops`: FLOP counting with attention, of a module or a config's model;
 - :mod:`cvt_mm.apis.deployment`: ONNX export and its check with ONNX Runtime (the ``deploy``
-  extra);
+  extra); :mod:`cvt_mm.apis.end2end`: the whole model as one graph (post-processing restated
+  for ``torch.export``, the file's metadata, matching a graph's results with ``predict``'s);
 - :mod:`cvt_mm.apis.visualization`: a detector's predictions drawn larger than its input;
 - :mod:`cvt_mm.apis.launch`: what ``tools/train.py`` and ``tools/test.py`` do around the
   runner (the command line, slurm's environment, the process group, the checkpoint to
