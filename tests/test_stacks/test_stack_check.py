@@ -232,6 +232,31 @@ def test_classification_trains_and_evaluates_through_the_tools(data, tmp_path):
     assert 0 <= _train_and_test(str(config), work, 'accuracy/top1') <= 100
 
 
+# ---------------------------------------------------------------------------- deployment
+@pytest.mark.slow
+def test_the_whole_model_exports_or_the_tool_says_what_this_torch_gets(tmp_path):
+    """tools/deployment/export_onnx.py on a narrow Mask R-CNN, run as a user runs it: where
+    torch has the dynamo exporter, one graph of the whole model that the tool's own check finds
+    equal to predict() at two sizes; where it has not (torch 2.1), an error naming the torch
+    it needs and the MMDeploy path, and no file."""
+    out = tmp_path / 'mask_rcnn.onnx'
+    config = narrow_config(det_user_config(str(tmp_path / 'det.py'), 'mask_rcnn_cvt13_coco.py',
+                                           str(tmp_path / 'coco'), str(tmp_path)), 'det')
+    args = ['deployment/export_onnx.py', config, '--shape', '96', '128', '--dynamic', '--out',
+            str(out)]
+    if not compat.has('onnx_dynamo_export'):
+        proc = run_tool(args, expect_success=False)
+        said = proc.stdout + proc.stderr
+        assert proc.returncode != 0 and 'needs torch >= 2.5' in said and 'MMDeploy' in said, \
+            said[-3000:]
+        assert not out.exists()
+        return
+    if this_stack() == 'pinned':
+        pytest.skip('the suite exports on the pinned stack (tests/test_tools/test_onnx_*.py)')
+    proc = run_tool(args)
+    assert out.is_file(), (proc.stdout + proc.stderr)[-3000:]
+
+
 # ---------------------------------------------------------------------------- compile
 _NARROW_CMT = """model = dict(
     backbone=dict(arch=dict(_delete_=True, embed_dims=[16, 32, 64, 128], num_heads=[1, 2, 4, 8],
