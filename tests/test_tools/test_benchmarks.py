@@ -601,18 +601,21 @@ def test_the_onnx_benchmark_times_a_whole_model_in_both_runtimes(tmp_path, capsy
     """``benchmark_onnx.py --part model`` (docs/deployment.md, "Benchmarks") on a narrow
     Mask R-CNN at 96x128: it exports the whole model, times PyTorch's predict and the graph
     alternately, gives both every detection the model can (max_per_img), measures each
-    runtime's memory in a process where only it ran, and profiles both. No time is checked."""
+    runtime's memory in a process where only it ran (ONNX Runtime without its arena), and
+    profiles both. No time is checked."""
     pytest.importorskip('onnxruntime', reason='pip install -e .[deploy]')
     from helpers import narrow_config
     base = tmp_path / 'mask_rcnn.py'
     base.write_text(f"_base_ = {os.path.join(ROOT, 'configs', 'mask_rcnn_cvt13_coco.py')!r}\n")
     out = tmp_path / 'rows.json'
     argv = ['--part', 'model', '--configs', narrow_config(str(base), 'det'), '--shape', '96',
-            '128', '--repeat', '2', '--threads', '1', '--profile', '--json', str(out)]
+            '128', '--repeat', '2', '--threads', '1', '--profile', '--no-arena', '--json',
+            str(out)]
     assert load_tool('deployment/benchmark_onnx').main(argv) == 0
     result = json.loads(out.read_text())
     (row, ) = result['rows']
     assert result['gemm_gflops_per_s'] > 0 and row['shape'] == [96, 128]
+    assert result['arena'] is False
     assert row['kind'] == 'instance-segmentation'
     assert row['torch_detections'] == row['ort_detections'] == 100  # score threshold 0
     for runtime in ('torch', 'ort'):

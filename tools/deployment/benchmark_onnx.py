@@ -69,12 +69,13 @@ def _peak_rss_gib() -> float:
         return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2 ** 20  # KiB on Linux
 
 
-def _session(path: str, threads: int, profile_prefix: str = None):
+def _session(path: str, threads: int, profile_prefix: str = None, arena: bool = True):
     import onnxruntime as ort
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.enable_cpu_mem_arena = arena
     if profile_prefix:
         options.enable_profiling = True
         options.profile_file_prefix = profile_prefix
@@ -106,13 +107,16 @@ def _summary(torch_times, ort_times) -> dict:
 
 
 def ort_operator_seconds(trace: str) -> dict:
-    """``{operator type: seconds}`` summed over the nodes of an ONNX Runtime profile (the
-    JSON trace ``end_profiling()`` writes), largest first."""
+    """``{operator type: seconds}`` summed over the nodes of the last run in an ONNX Runtime
+    profile (the JSON trace ``end_profiling()`` writes; a session profiles every run from its
+    start, the warm-up too), largest first."""
     with open(trace) as f:
         events = json.load(f)
+    last = max((e for e in events if e.get('name') == 'model_run'), key=lambda e: e['ts'])
     totals = {}
     for event in events:
-        if event.get('cat') == 'Node' and event.get('name', '').endswith('_kernel_time'):
+        if event.get('cat') == 'Node' and event.get('name', '').endswith('_kernel_time') \
+                and last['ts'] <= event['ts'] <= last['ts'] + last['dur']:
             op = event.get('args', {}).get('op_name', '?')
             totals[op] = totals.get(op, 0.0) + event['dur'] / 1e6
     return dict(sorted(totals.items(), key=lambda kv: -kv[1]))
@@ -128,7 +132,7 @@ def torch_operator_seconds(run) -> dict:
 
 
 def measure_model(config: str, path: str, shape, repeat: int, threads: int,
-                  profile_dir: str = None) -> dict:
+                  profile_dir: str = None, arena: bool = True) -> dict:
     """Time PyTorch's ``predict`` and the exported graph ``path`` of ``config``'s whole model
     on one image of ``shape`` (see the module doc); the numbers as a dict."""
     import torch
@@ -146,7 +150,7 @@ def measure_model(config: str, path: str, shape, repeat: int, threads: int,
 
     expected = predict()  # PyTorch's warm-up
     torch_rss = _peak_rss_gib()
-    session = _session(path, threads)
+    session = _session(path, threads, arena=arena)
     feed = {session.get_inputs()[0].name: image.numpy()}
     got = graph_results(kind, session.run(None, feed))  # ONNX Runtime's warm-up
     row = _summary(*_alternate(predict, lambda: session.run(None, feed), repeat))
@@ -155,21 +159,25 @@ def measure_model(config: str, path: str, shape, repeat: int, threads: int,
         row.update(torch_detections=len(expected[0]['scores']),
                    ort_detections=len(got[0]['scores']))
     if profile_dir:
+        del session  # (a second session beside it would hold a second set of buffers)
         prefix = osp.join(profile_dir, osp.splitext(osp.basename(config))[0])
-        profiled = _session(path, threads, prefix)
+        profiled = _session(path, threads, prefix, arena)
         profiled.run(None, feed)  # warm-up, then the profiled run alone
         start = time.perf_counter()
         profiled.run(None, feed)
-        row['ort_profile'] = ort_operator_seconds(profiled.end_profiling())
         row['ort_profiled_s'] = time.perf_counter() - start
+        row['ort_profile'] = ort_operator_seconds(profiled.end_profiling())
+        del profiled
+        start = time.perf_counter()
         row['torch_profile'] = torch_operator_seconds(predict)
+        row['torch_profiled_s'] = time.perf_counter() - start
     return row
 
 
-def measure_ort_memory(path: str, shape, threads: int) -> float:
+def measure_ort_memory(path: str, shape, threads: int, arena: bool = True) -> float:
     """Peak RSS (GiB) of this process after loading ``path`` into ONNX Runtime and running it
     twice on one image of ``shape``: ONNX Runtime's own, where nothing imported torch."""
-    session = _session(path, threads)
+    session = _session(path, threads, arena=arena)
     feed = {session.get_inputs()[0].name: _image(shape)}
     for _ in range(2):
         session.run(None, feed)
@@ -236,6 +244,10 @@ def parse_args(argv=None):
                         'whole models the timed size)')
     parser.add_argument('--repeat', type=int, default=5, help='timed runs per runtime')
     parser.add_argument('--threads', type=int, default=2, help='intra-op threads of both')
+    parser.add_argument('--no-arena', action='store_true',
+                        help='whole models: ONNX Runtime without its CPU memory arena, which '
+                        'keeps freed blocks for reuse (about half the peak for CvT\'s '
+                        'attention at detection sizes)')
     parser.add_argument('--profile', action='store_true',
                         help='whole models: also the operators that take each runtime\'s time')
     parser.add_argument('--json', help='also write the rows to this file')
@@ -252,8 +264,8 @@ def parse_args(argv=None):
             parser.error(f'config file not found: {config}')
     if min((args.shape or [64]) + (args.export_shape or [64])) < 64:
         parser.error('--shape and --export-shape sides must be >= 64 (the dynamic range)')
-    if args.profile and args.part != 'model':
-        parser.error('--profile applies to --part model')
+    if (args.profile or args.no_arena) and args.part != 'model':
+        parser.error('--profile and --no-arena apply to --part model')
     return args
 
 
@@ -292,9 +304,10 @@ def measure_models(args, work_dir: str) -> list:
         exported = export_onnx(module, path, args.export_shape or shape, dynamic=True,
                                names=info['outputs'], metadata=info['metadata'])
         del module
-        extra = ['--onnx', path] + (['--profile'] if args.profile else [])
-        row = _run_one(args, config, shape, work_dir, extra)
-        memory = _run_one(args, config, shape, work_dir, ['--onnx', path, '--ort-memory'])
+        extra = ['--onnx', path] + (['--no-arena'] if args.no_arena else [])
+        row = _run_one(args, config, shape, work_dir,
+                       extra + (['--profile'] if args.profile else []))
+        memory = _run_one(args, config, shape, work_dir, extra + ['--ort-memory'])
         row.update(shape=list(shape), export_s=exported['seconds'],
                    file_mib=exported['bytes'] / 2 ** 20, ort_rss_gib=memory['ort_rss_gib'])
         rows.append(row)
@@ -319,10 +332,12 @@ def print_models(rows, profile: bool) -> None:
     if not profile:
         return
     for r in rows:
-        for runtime, key in (('ONNX Runtime', 'ort_profile'), ('PyTorch', 'torch_profile')):
-            total = sum(r[key].values())
-            top = list(r[key].items())[:TOP_OPERATORS]
-            print(f'{osp.basename(r["config"])}, {runtime}: {total:.2f} s in operators; '
+        for runtime, key in (('ONNX Runtime', 'ort'), ('PyTorch', 'torch')):
+            ops = r[f'{key}_profile']
+            total = sum(ops.values())
+            top = list(ops.items())[:TOP_OPERATORS]
+            print(f'{osp.basename(r["config"])}, {runtime}, one profiled run of '
+                  f'{r[f"{key}_profiled_s"]:.2f} s, {total:.2f} s in operators: '
                   + ', '.join(f'{op} {s:.2f} s ({s / total:.0%})' for op, s in top))
 
 
@@ -342,10 +357,11 @@ def main(argv=None) -> int:
     if args.one:  # a per-config subprocess
         shape = tuple(args.shape)
         if args.ort_memory:
-            row = dict(ort_rss_gib=measure_ort_memory(args.onnx, shape, args.threads))
+            row = dict(ort_rss_gib=measure_ort_memory(args.onnx, shape, args.threads,
+                                                      not args.no_arena))
         elif args.part == 'model':
             row = measure_model(args.one, args.onnx, shape, args.repeat, args.threads,
-                                args.work_dir if args.profile else None)
+                                args.work_dir if args.profile else None, not args.no_arena)
         else:
             row = measure_backbone(args.one, shape, args.export_shape or (320, 480),
                                    args.repeat, args.threads, args.work_dir)
@@ -373,6 +389,8 @@ def main(argv=None) -> int:
 
     h, w = _shape_of(args, args.configs[0])
     what = 'Whole models, random weights' if args.part == 'model' else f'Backbones at {h}x{w}'
+    if args.no_arena:
+        what += ', ONNX Runtime without its CPU memory arena'
     print(f'{what}, batch 1, {args.threads} threads each; PyTorch {torch.__version__} eager vs '
           f'ONNX Runtime {onnxruntime.__version__} CPU, dynamic-size graphs; {args.repeat} '
           f'timed runs each (alternating) after 1 warm-up; fp32 GEMM '
@@ -385,6 +403,7 @@ def main(argv=None) -> int:
     if args.json:
         with open(args.json, 'w') as f:
             json.dump(dict(part=args.part, shape=args.shape, threads=args.threads,
+                           arena=not args.no_arena,
                            repeat=args.repeat, gemm_gflops_per_s=rates['gemm_gflops_per_s'],
                            load=[load_before, load_after], rows=rows), f, indent=1)
     return 0
