@@ -10,7 +10,6 @@ import os.path as osp
 from mmengine.config import ConfigDict, DictAction
 
 import cvt_mm  # registers CvT/CMT; main() calls cvt_mm.setup_process()
-from cvt_mm.checkpoint import checkpoint_misfit
 from cvt_mm.apis.launch import (
     build_runner,
     config_from_args,
@@ -18,6 +17,7 @@ from cvt_mm.apis.launch import (
     set_local_rank_env,
     setup_launch,
 )
+from cvt_mm.checkpoint import checkpoint_misfit
 
 
 def parse_args(argv=None):

@@ -23,6 +23,13 @@ from torch.utils.data import BatchSampler
 from torchdata.stateful_dataloader import StatefulDataLoader
 
 import cvt_mm  # noqa: F401
+from cvt_mm.apis.launch import (
+    choose_resume,
+    find_resumable_checkpoint,
+    first_slurm_host,
+    restart_count,
+    slurm_environment,
+)
 from cvt_mm.engine.exact_resume import (
     SkippingBatchSampler,
     WorkerRandomState,
@@ -32,13 +39,6 @@ from cvt_mm.engine.exact_resume import (
     start_loader_at,
 )
 from cvt_mm.engine.hooks.preemption_hook import STOPPED_EXIT_CODE, PreemptionHook
-from cvt_mm.apis.launch import (
-    choose_resume,
-    find_resumable_checkpoint,
-    first_slurm_host,
-    restart_count,
-    slurm_environment,
-)
 from cvt_mm.engine.runner import (
     RESUMABLE_LOOPS,
     TRAINING_HOOKS,

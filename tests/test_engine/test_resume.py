@@ -13,9 +13,9 @@ import pytest
 import torch
 from mmengine.config import Config
 
+from cvt_mm.apis.launch import choose_resume, find_resumable_checkpoint
 from cvt_mm.checkpoint import read_checkpoint
 from cvt_mm.checkpoint.io import CheckpointError
-from cvt_mm.apis.launch import choose_resume, find_resumable_checkpoint
 from cvt_mm.engine.runner import TRAINING_HOOKS
 
 from helpers import (
