@@ -252,7 +252,10 @@ def safe_load(f, map_location='cpu', extra_globals: Iterable = (), mmap: bool = 
     extra = {**_extra_globals, **{_qualified(o): o for o in extra_globals}}
     mmap_kw = dict(mmap=True) if mmap else {}
     if HAS_SAFE_GLOBALS:
-        with torch.serialization.safe_globals(list(extra.values())):
+        # torch's safe_globals removes on exit what it added, even what was on the process's
+        # list before (import cvt_mm's MMEngine types): give it only what is missing.
+        present = set(torch.serialization.get_safe_globals())
+        with torch.serialization.safe_globals([o for o in extra.values() if o not in present]):
             return torch.load(f, map_location=map_location, weights_only=True, **mmap_kw)
     from ._weights_only import pickle_module
     module = pickle_module({**_torch_allowed_globals(), **extra})

@@ -24,6 +24,7 @@ from typing import Optional, Union
 
 import torch
 from mmengine.config import Config
+from mmengine.logging import MessageHub
 from mmengine.registry import DefaultScope
 from warm_tools import WarmTools
 
@@ -75,9 +76,11 @@ def repo_config(path: str) -> Config:
 def write_checkpoint(config: Union[str, Config], path: str, seed: int = 0,
                      state_dict: Optional[dict] = None) -> str:
     """Write a checkpoint of the config's whole model as ``tools/train.py`` writes it for
-    loading: ``state_dict`` and ``meta.dataset_meta`` (the class names and palette the
+    loading: ``state_dict``, ``meta.dataset_meta`` (the class names and palette the
     toolboxes' inferencers name predictions with), here those of the config's test dataset
-    type (COCO's 80 classes, ADE20K's 150, ImageNet's 1000).
+    type (COCO's 80 classes, ADE20K's 150, ImageNet's 1000), and a ``message_hub`` holding a
+    logged loss, as training's: its MMEngine ``HistoryBuffer`` and numpy arrays are what a
+    plain ``torch.load(weights_only=True)`` (MMEngine's loader on torch >= 2.6) refuses.
 
     Args:
         config (str | Config): config file, ``mmdet::...`` path or a loaded Config.
@@ -108,8 +111,11 @@ def write_checkpoint(config: Union[str, Config], path: str, seed: int = 0,
     with DefaultScope.overwrite_default_scope(scope):
         dataset_type = registry.get(cfg.test_dataloader.dataset.type)
     meta = {k.lower(): v for k, v in dataset_type.METAINFO.items() if k.lower() != 'categories'}
+    hub = MessageHub(f'write_checkpoint-{path}')
+    hub.update_scalar('train/loss', 1.5)
     os.makedirs(osp.dirname(osp.abspath(path)), exist_ok=True)
-    torch.save(dict(meta=dict(dataset_meta=meta), state_dict=weights), path)
+    torch.save(dict(meta=dict(dataset_meta=meta), state_dict=weights,
+                    message_hub=hub.state_dict()), path)
     return path
 
 

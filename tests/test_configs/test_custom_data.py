@@ -29,7 +29,7 @@ from mmengine.config import Config
 from mmengine.registry import DefaultScope
 from PIL import Image
 
-import cvt_mm  # noqa: F401  (registers the backbones and ClassesCheckHook)
+import cvt_mm  # registers the backbones and ClassesCheckHook
 from cvt_mm.engine.hooks.classes_check_hook import (
     classifying_heads,
     data_problems,
@@ -317,6 +317,7 @@ def test_inferencer_names_predictions_with_the_page_classes(runs, project, scope
     classes = page_classes(cfg)
     image = sorted(glob.glob(str(project / 'source' / 'coco' / 'val2017' / '*.jpg')))[0]
     monkeypatch.chdir(project)
+    cvt_mm.setup_process()  # as docs/python_api.md: safe loading of training's checkpoints
     # An inferencer leaves its toolbox's default scope set; the overwrite gives this test's
     # process back as it was (docs/python_api.md).
     with DefaultScope.overwrite_default_scope(scope):

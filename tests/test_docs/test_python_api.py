@@ -117,12 +117,13 @@ def page_runs(user_dir, tmp_path_factory):
 def test_the_page_scripts_are_users_scripts():
     """They name our configs through the placeholder path and import cvt_mm before any
     toolbox (beside transformers 5, the suite's, the toolboxes' models import only after it).
-    The script of several toolboxes in one process calls ``cvt_mm.setup_process()``, which the
-    import alone does not."""
+    Every script calls ``cvt_mm.setup_process()`` before its inferencers read a checkpoint
+    (safe loading of what training writes; MMPretrain's scope), which the import alone does
+    not."""
     for key, script in page_scripts().items():
         assert f"configs = '{PLACEHOLDER}/configs'" in script, key
         assert script.startswith('import cvt_mm'), key
-        assert ('setup_process()' in script) == (key == 'all'), key
+        assert script.index('cvt_mm.setup_process()') < script.index('Inferencer('), key
     # The script with the three toolboxes builds MMPretrain's after the two others: the order
     # that fails without cvt_mm.
     script = page_scripts()['all']
@@ -246,6 +247,54 @@ def test_without_cvt_mm_the_toolboxes_collide_and_the_scope_overwrite_fixes_it(u
     assert 0 <= out['classification']['pred_label'] < 1000
     assert set(out['detections']) == {'labels', 'scores', 'bboxes'}
     assert out['scope'] == 'mmdet'  # the overwrite gave the process its scope back
+
+
+LOAD_AS_MMENGINE = '''
+import sys
+import torch
+from mmengine.runner.checkpoint import CheckpointLoader
+path, mode = sys.argv[1:]
+
+
+def load():
+    try:
+        return 'loaded ' + ' '.join(sorted(CheckpointLoader.load_checkpoint(path, 'cpu')))
+    except Exception as error:
+        return f'refused {type(error).__name__}: {str(error).splitlines()[0]}'
+
+
+said = [load()]
+if mode != 'plain':
+    import cvt_mm
+    said.append(load())
+    cvt_mm.compat.safe_load(path)  # our loader, as setup_process makes MMEngine's
+    said.append(load())
+    if mode == 'setup_process':
+        cvt_mm.setup_process()
+        said.append(load())
+        said.append(load())
+print(said)
+'''
+
+
+def test_checkpoints_as_training_writes_them_load_after_import_and_setup_process(user_dir):
+    """The scripts' checkpoints hold what training writes (MMEngine's ``HistoryBuffer``,
+    numpy arrays), which torch >= 2.6 refuses by default. After ``import cvt_mm`` (its
+    allow-list) MMEngine's own loader reads them, and keeps reading them after our safe loader
+    ran (torch's ``safe_globals`` removes on exit what it was given); after ``setup_process()``
+    our loader reads them, every time."""
+    path = str(user_dir / 'work_dirs' / 'upernet_cvt13_ade20k' / 'iter_160000.pth')
+    said = {}
+    for mode in ('plain', 'import', 'setup_process'):
+        done = subprocess.run([sys.executable, '-c', LOAD_AS_MMENGINE, path, mode],
+                              capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr[-3000:]
+        said[mode] = eval(done.stdout.strip().splitlines()[-1])
+    loaded = 'loaded message_hub meta state_dict'
+    # The suite's torch (2.13); torch < 2.6 would unpickle anything (checkpoints.md).
+    assert said['plain'][0].startswith('refused UnpicklingError: Weights only load failed')
+    assert said['import'] == [said['plain'][0], loaded, loaded]
+    assert said['setup_process'] == [said['plain'][0], loaded, loaded, loaded, loaded]
 
 
 def test_setup_process_scopes_every_mmpretrain_inferencer():
