@@ -104,8 +104,8 @@ RPN_ALIKE = 'model = dict(test_cfg=dict(rpn=dict(score_thr=0.0, nms=dict(iou_thr
 # learning rate, test-time settings)
 MODELS = {
     'mask_rcnn': ('det', 'mask_rcnn_cvt13_coco.py', 'det', 12, 1e-3, RPN_ALIKE),
-    'retinanet': ('det', 'retinanet_cvt13_coco.py', NARROW_RETINANET, 15, 1e-3, ''),
-    'upernet': ('seg', 'upernet_cvt13_ade20k.py', 'seg', 40, 1e-3, ''),
+    'retinanet': ('det', 'retinanet_cvt13_coco.py', NARROW_RETINANET, 40, 1e-3, ''),
+    'upernet': ('seg', 'upernet_cvt13_ade20k.py', 'seg', 100, 1e-3, ''),
 }
 
 
@@ -134,8 +134,9 @@ def mmdeploy():
         pinned = 'mmdeploy' in parse_requirements(f)
     if not pinned:
         pytest.skip(f'stack {stack!r} does not carry MMDeploy ({requirements} pins none): its '
-                    'last release, 1.3.1, is built for torch 2.1 (stack "prebuilt"); on torch '
-                    '2.13 its torch2onnx fails (docs/deployment.md, "MMDeploy")')
+                    'last release, 1.3.1, is built for torch 2.1 (stack "prebuilt"); tried on '
+                    'the pinned stack\'s torch 2.13, its torch2onnx fails (docs/deployment.md, '
+                    '"MMDeploy")')
     try:
         import mmdeploy.apis
     except ImportError as error:
