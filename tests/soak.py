@@ -112,6 +112,16 @@ def reap(keep=()) -> None:
                 pass
 
 
+def kill(pid: int) -> bool:
+    """SIGKILL ``pid``; False when it had already ended and been reaped, between the look
+    that found it and now (the caller looks again)."""
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def wait_until(predicate, timeout: float, step: float = 0.05) -> bool:
     deadline = time.time() + timeout
     while not predicate():
@@ -276,27 +286,29 @@ class Soak:
 
     # -------------------------------------------------------------------- the faults
     def _kill_rank(self, fault):
-        ranks = self._wait_for(self.job.ranks, 'a rank')
-        if not ranks:
-            return False
-        rank = int(self.rng.integers(len(ranks)))
-        rank = sorted(ranks)[rank]
-        os.kill(ranks[rank], signal.SIGKILL)
-        fault.update(target=f'rank {rank} (pid {ranks[rank]})')
-        return True
+        while True:
+            ranks = self._wait_for(self.job.ranks, 'a rank')
+            if not ranks:
+                return False
+            rank = int(self.rng.integers(len(ranks)))
+            rank = sorted(ranks)[rank]
+            if kill(ranks[rank]):
+                fault.update(target=f'rank {rank} (pid {ranks[rank]})')
+                return True
 
     def _kill_worker(self, fault):
         def workers():
             found = [(rank, pid, worker) for rank, pid in sorted(self.job.ranks().items())
                      for worker in children(pid) if alive(worker)]
             return found
-        found = self._wait_for(workers, 'a data worker')
-        if not found:
-            return False
-        rank, pid, worker = found[int(self.rng.integers(len(found)))]
-        os.kill(worker, signal.SIGKILL)
-        fault.update(target=f'data worker {worker} of rank {rank} (pid {pid})')
-        return True
+        while True:
+            found = self._wait_for(workers, 'a data worker')
+            if not found:
+                return False
+            rank, pid, worker = found[int(self.rng.integers(len(found)))]
+            if kill(worker):  # a loader's workers end with its epoch or validation
+                fault.update(target=f'data worker {worker} of rank {rank} (pid {pid})')
+                return True
 
     def _kill_writer(self, fault):
         draw = self.rng.random()  # drawn whatever happens, for the same draws on a rerun

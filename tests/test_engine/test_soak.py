@@ -26,9 +26,11 @@ def test_faults_of_every_kind_at_random_moments_end_bit_exact(tmp_path):
     proc = subprocess.run([sys.executable, 'tests/soak.py', '--faults', '5', '--seed', '1',
                            '--task', 'seg', '--out', str(out)], cwd=ROOT, capture_output=True,
                           text=True, timeout=900)
+    said = proc.stdout[-4000:] + proc.stderr[-4000:]
+    assert (out / 'soak.json').is_file(), f'exit code {proc.returncode}, no figure:\n{said}'
     figure = json.loads((out / 'soak.json').read_text())
     result = figure['results'][0]
-    assert proc.returncode == 0 and figure['passed'], proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0 and figure['passed'], said
     assert all(result['by_kind'][kind] == 1 for kind in
                ('rank', 'worker', 'write', 'launcher', 'job')), result['by_kind']
     assert result['tensors_differing'] == 0 and result['values_differing'] == 0
