@@ -250,8 +250,8 @@ def test_without_cvt_mm_the_toolboxes_collide_and_the_scope_overwrite_fixes_it(u
 
 
 LOAD_AS_MMENGINE = '''
+import json
 import sys
-import torch
 from mmengine.runner.checkpoint import CheckpointLoader
 path, mode = sys.argv[1:]
 
@@ -273,7 +273,7 @@ if mode != 'plain':
         cvt_mm.setup_process()
         said.append(load())
         said.append(load())
-print(said)
+print(json.dumps(said))
 '''
 
 
@@ -289,7 +289,7 @@ def test_checkpoints_as_training_writes_them_load_after_import_and_setup_process
         done = subprocess.run([sys.executable, '-c', LOAD_AS_MMENGINE, path, mode],
                               capture_output=True, text=True, timeout=300)
         assert done.returncode == 0, done.stderr[-3000:]
-        said[mode] = eval(done.stdout.strip().splitlines()[-1])
+        said[mode] = json.loads(done.stdout.strip().splitlines()[-1])
     loaded = 'loaded message_hub meta state_dict'
     # The suite's torch (2.13); torch < 2.6 would unpickle anything (checkpoints.md).
     assert said['plain'][0].startswith('refused UnpicklingError: Weights only load failed')

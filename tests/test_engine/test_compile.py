@@ -44,8 +44,8 @@ def test_compiled_training_compiles_once_more_for_new_sizes_then_reuses_the_grap
     raises at one). Outputs and gradients as the eager model's. Dynamo's guards decide the
     graphs, so the ``eager`` backend counts them for CMT (fake tensors run every op's meta
     kernel, where torch 2.1's SDPA failed); CvT runs through ``aot_eager``, AOT autograd's
-    traced backward, as the default backend does (CMT through it took 3.4x the CPU: 59 s
-    against 17.5 s alone, 2026-12-07, GEMM 180)."""
+    traced backward, as the default backend does (CMT through it took 3.4x the time: 59.4 s
+    against 17.5 s, one after the other on the 2-core machine, 2026-12-07)."""
     from torch._dynamo.utils import counters
     torch.manual_seed(0)
     # No drop path: the two models would draw different samples to drop.
